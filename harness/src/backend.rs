@@ -1,0 +1,379 @@
+//! The only module that knows dfdx's quirks.
+//!
+//! * dfdx 0.13 has no public mutable view of a CPU tensor's buffer (`data` is crate-private), so
+//!   the workspace keeps leaves as owned, runtime-shaped [`Array`]s. They *move* into a dfdx tensor
+//!   without a copy ([`Array::into_dfdx`]) for composed tensor maths and autodiff, and the fused
+//!   kernels work on their slices in place. Leaving dfdx costs one copy (`as_vec`).
+//! * dfdx's static-rank shapes are replaced by a flat `(usize,)` tensor plus the logical shape
+//!   kept beside it; element-wise maths does not care about rank, and matmuls reshape explicitly.
+//! * dfdx's `Cpu` device has an allocation cache; it is disabled by default and must stay so, or
+//!   the counting allocator would see buffers parked in the cache as live.
+//! * f16 comes from the `half` crate; arithmetic on f16 is done in the [`Float::Acc`] type (f32).
+
+use dfdx::prelude::{Cache, Cpu, Tensor, TensorFrom};
+use std::fmt::Debug;
+
+/// dtypes a leaf signature can carry (`int32` for counters, like optax's `count`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    F16,
+    F32,
+    F64,
+    I32,
+}
+
+impl DType {
+    /// The numpy-style name (`float16`, `int32`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F16 => "float16",
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::I32 => "int32",
+        }
+    }
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F16 => 2,
+            DType::F32 | DType::I32 => 4,
+            DType::F64 => 8,
+        }
+    }
+    /// Parse `float16`/`f16`, `float32`/`f32`, `float64`/`f64`.
+    pub fn parse(s: &str) -> Option<DType> {
+        match s {
+            "float16" | "f16" => Some(DType::F16),
+            "float32" | "f32" => Some(DType::F32),
+            "float64" | "f64" => Some(DType::F64),
+            "int32" | "i32" => Some(DType::I32),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A floating-point element type the reference implementation runs in: f16, f32 or f64.
+pub trait Float:
+    dfdx::dtypes::Dtype + Copy + Send + Sync + PartialEq + PartialOrd + Debug + Default + 'static
+{
+    /// Signature dtype.
+    const DTYPE: DType;
+    /// The arithmetic (and optimizer-moment) type: f32 for f16 and f32, f64 for f64.
+    type Acc: Real;
+    fn as_f64(self) -> f64;
+    fn of_f64(x: f64) -> Self;
+    fn to_acc(self) -> Self::Acc;
+    fn from_acc(x: Self::Acc) -> Self;
+    /// Raw bits, widened, for bitwise comparisons.
+    fn bits(self) -> u64;
+    fn is_nan(self) -> bool {
+        self.as_f64().is_nan()
+    }
+    fn is_finite(self) -> bool {
+        self.as_f64().is_finite()
+    }
+}
+
+/// An arithmetic type (f32 or f64): a [`Float`] that is its own accumulator and that dfdx can
+/// compute with (see [`Ten`]).
+pub trait Real:
+    Float<Acc = Self> + num_traits::Float + Send + Sync + std::iter::Sum + DfdxOps
+{
+}
+impl Real for f32 {}
+impl Real for f64 {}
+
+/// The dfdx operations the composed forms use, stamped for the concrete dtypes so that generic
+/// code never has to spell `Cpu: Device<A>` bounds.
+#[doc(hidden)]
+pub trait DfdxOps: Sized + dfdx::dtypes::Dtype {
+    fn t_add(a: Flat<Self>, b: Flat<Self>) -> Flat<Self>;
+    fn t_sub(a: Flat<Self>, b: Flat<Self>) -> Flat<Self>;
+    fn t_mul(a: Flat<Self>, b: Flat<Self>) -> Flat<Self>;
+    fn t_div(a: Flat<Self>, b: Flat<Self>) -> Flat<Self>;
+    fn t_add_s(a: Flat<Self>, s: Self) -> Flat<Self>;
+    fn t_mul_s(a: Flat<Self>, s: Self) -> Flat<Self>;
+    fn t_div_s(a: Flat<Self>, s: Self) -> Flat<Self>;
+    fn t_sqrt(a: Flat<Self>) -> Flat<Self>;
+    fn t_choose(mask: &[bool], on_true: Flat<Self>, on_false: Flat<Self>) -> Flat<Self>;
+}
+
+macro_rules! stamp_dfdx_ops {
+    ($t:ty) => {
+        impl DfdxOps for $t {
+            fn t_add(a: Flat<$t>, b: Flat<$t>) -> Flat<$t> {
+                a + b
+            }
+            fn t_sub(a: Flat<$t>, b: Flat<$t>) -> Flat<$t> {
+                a - b
+            }
+            fn t_mul(a: Flat<$t>, b: Flat<$t>) -> Flat<$t> {
+                a * b
+            }
+            fn t_div(a: Flat<$t>, b: Flat<$t>) -> Flat<$t> {
+                a / b
+            }
+            fn t_add_s(a: Flat<$t>, s: $t) -> Flat<$t> {
+                a + s
+            }
+            fn t_mul_s(a: Flat<$t>, s: $t) -> Flat<$t> {
+                a * s
+            }
+            fn t_div_s(a: Flat<$t>, s: $t) -> Flat<$t> {
+                a / s
+            }
+            fn t_sqrt(a: Flat<$t>) -> Flat<$t> {
+                a.sqrt()
+            }
+            fn t_choose(mask: &[bool], on_true: Flat<$t>, on_false: Flat<$t>) -> Flat<$t> {
+                use dfdx::prelude::ChooseFrom;
+                let dev = device();
+                let m: Tensor<(usize,), bool, Cpu> = dev.tensor((mask.to_vec(), (mask.len(),)));
+                m.choose(on_true, on_false)
+            }
+        }
+    };
+}
+stamp_dfdx_ops!(f32);
+stamp_dfdx_ops!(f64);
+
+/// A flat dfdx tensor in an arithmetic dtype, with the usual operators, so composed forms read
+/// like the formulas (`m * b1 + g * (1 - b1)`). Scalars on the right are tensor-dtype values.
+#[derive(Clone)]
+pub struct Ten<A: Real>(pub Flat<A>);
+
+impl<A: Real> Ten<A> {
+    /// Copy an array in.
+    pub fn from_array(dev: &Cpu, a: &Array<A>) -> Self {
+        Ten(a.to_dfdx(dev))
+    }
+    /// Move a buffer in.
+    pub fn from_vec(dev: &Cpu, v: Vec<A>) -> Self {
+        let n = v.len();
+        Ten(dev.tensor((v, (n,))))
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        use dfdx::prelude::HasShape;
+        self.0.shape().0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn sqrt(self) -> Self {
+        Ten(A::t_sqrt(self.0))
+    }
+    /// `jnp.where(mask, on_true, on_false)`.
+    pub fn select(mask: &[bool], on_true: Self, on_false: Self) -> Self {
+        Ten(A::t_choose(mask, on_true.0, on_false.0))
+    }
+    /// Copy out under a logical shape.
+    pub fn to_array(&self, shape: &[usize]) -> crate::Result<Array<A>> {
+        Array::from_dfdx(shape.to_vec(), &self.0)
+    }
+}
+
+macro_rules! ten_binop {
+    ($tr:ident, $m:ident, $op:ident, $sop:ident) => {
+        impl<A: Real> std::ops::$tr for Ten<A> {
+            type Output = Ten<A>;
+            fn $m(self, rhs: Ten<A>) -> Ten<A> {
+                Ten(A::$op(self.0, rhs.0))
+            }
+        }
+        impl<A: Real> std::ops::$tr<A> for Ten<A> {
+            type Output = Ten<A>;
+            fn $m(self, rhs: A) -> Ten<A> {
+                Ten(A::$sop(self.0, rhs))
+            }
+        }
+    };
+}
+ten_binop!(Add, add, t_add, t_add_s);
+ten_binop!(Mul, mul, t_mul, t_mul_s);
+ten_binop!(Div, div, t_div, t_div_s);
+impl<A: Real> std::ops::Sub for Ten<A> {
+    type Output = Ten<A>;
+    fn sub(self, rhs: Ten<A>) -> Ten<A> {
+        Ten(A::t_sub(self.0, rhs.0))
+    }
+}
+
+impl Float for half::f16 {
+    const DTYPE: DType = DType::F16;
+    type Acc = f32;
+    fn as_f64(self) -> f64 {
+        half::f16::to_f64(self)
+    }
+    fn of_f64(x: f64) -> Self {
+        half::f16::from_f64(x)
+    }
+    fn to_acc(self) -> f32 {
+        self.to_f32()
+    }
+    fn from_acc(x: f32) -> Self {
+        half::f16::from_f32(x)
+    }
+    fn bits(self) -> u64 {
+        self.to_bits() as u64
+    }
+}
+
+impl Float for f32 {
+    const DTYPE: DType = DType::F32;
+    type Acc = f32;
+    fn as_f64(self) -> f64 {
+        self as f64
+    }
+    fn of_f64(x: f64) -> Self {
+        x as f32
+    }
+    fn to_acc(self) -> f32 {
+        self
+    }
+    fn from_acc(x: f32) -> Self {
+        x
+    }
+    fn bits(self) -> u64 {
+        self.to_bits() as u64
+    }
+}
+
+impl Float for f64 {
+    const DTYPE: DType = DType::F64;
+    type Acc = f64;
+    fn as_f64(self) -> f64 {
+        self
+    }
+    fn of_f64(x: f64) -> Self {
+        x
+    }
+    fn to_acc(self) -> f64 {
+        self
+    }
+    fn from_acc(x: f64) -> Self {
+        x
+    }
+    fn bits(self) -> u64 {
+        self.to_bits()
+    }
+}
+
+/// The CPU device every dfdx computation in the workspace runs on (allocation cache disabled).
+pub fn device() -> Cpu {
+    let dev = Cpu::default();
+    dev.disable_cache();
+    dev
+}
+
+/// A flat dfdx tensor: the logical shape lives in the [`Array`] it came from.
+pub type Flat<E> = Tensor<(usize,), E, Cpu>;
+
+/// A dense, row-major, runtime-shaped tensor owning its buffer.
+#[derive(Clone, PartialEq)]
+pub struct Array<E> {
+    shape: Vec<usize>,
+    data: Vec<E>,
+}
+
+impl<E: Debug> Debug for Array<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Array{:?}{:?}", self.shape, self.data)
+    }
+}
+
+/// Number of elements of a shape, or an overflow error.
+pub fn numel(shape: &[usize]) -> crate::Result<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| {
+        acc.checked_mul(d)
+            .ok_or_else(|| crate::Error::Overflow(format!("shape {shape:?} has too many elements")))
+    })
+}
+
+impl<E: Copy + Default> Array<E> {
+    /// A tensor from a shape and row-major data; the lengths must agree.
+    pub fn new(shape: Vec<usize>, data: Vec<E>) -> crate::Result<Self> {
+        let expected = numel(&shape)?;
+        if expected != data.len() {
+            return Err(crate::Error::DataLength {
+                shape,
+                expected,
+                got: data.len(),
+            });
+        }
+        Ok(Self { shape, data })
+    }
+    /// A tensor of zeros (`E::default()`).
+    pub fn zeros(shape: &[usize]) -> crate::Result<Self> {
+        Ok(Self {
+            data: vec![E::default(); numel(shape)?],
+            shape: shape.to_vec(),
+        })
+    }
+    /// A 0-d tensor.
+    pub fn scalar(x: E) -> Self {
+        Self {
+            shape: vec![],
+            data: vec![x],
+        }
+    }
+    /// A 1-d tensor.
+    pub fn vector(data: Vec<E>) -> Self {
+        Self {
+            shape: vec![data.len()],
+            data,
+        }
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn data(&self) -> &[E] {
+        &self.data
+    }
+    pub fn data_mut(&mut self) -> &mut [E] {
+        &mut self.data
+    }
+    pub fn into_data(self) -> Vec<E> {
+        self.data
+    }
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+    /// Element-wise map into a new array (possibly of another type).
+    pub fn map<F: Copy + Default>(&self, f: impl Fn(E) -> F) -> Array<F> {
+        Array {
+            shape: self.shape.clone(),
+            data: self.data.iter().map(|&x| f(x)).collect(),
+        }
+    }
+}
+
+impl<E: Float> Array<E> {
+    /// Move the buffer into a flat dfdx tensor (no copy).
+    pub fn into_dfdx(self, dev: &Cpu) -> (Vec<usize>, Flat<E>) {
+        let n = self.data.len();
+        (self.shape, dev.tensor((self.data, (n,))))
+    }
+    /// Copy into a flat dfdx tensor.
+    pub fn to_dfdx(&self, dev: &Cpu) -> Flat<E> {
+        dev.tensor((self.data.clone(), (self.data.len(),)))
+    }
+    /// Read a flat dfdx tensor back (one copy) under the given logical shape.
+    pub fn from_dfdx(shape: Vec<usize>, t: &Flat<E>) -> crate::Result<Self> {
+        Self::new(shape, t.as_vec())
+    }
+    /// Convert every element to another float type (round to nearest).
+    pub fn cast<F: Float>(&self) -> Array<F> {
+        self.map(|x| F::of_f64(x.as_f64()))
+    }
+}

@@ -1,0 +1,206 @@
+//! The `harness` command (contract: `../shared/design/CLI.md`).
+//!
+//! Exit status: 0 when everything checked holds, 1 when something failed, 2 for bad usage or
+//! unreadable input (one line on stderr naming the file or flag).
+
+use clap::{Parser, Subcommand};
+use harness::report::{num, write_json, Table};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "harness", about = "Laws, golden replays, mutants and benchmarks of the dfdx reference implementation")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run every registered law (or those whose name contains PATTERN) through proptest.
+    Check {
+        #[arg(long)]
+        law: Option<String>,
+        /// Cases per law (default: each law's own, overridable by PROPTEST_CASES).
+        #[arg(long)]
+        cases: Option<u32>,
+        /// Seed of the random runner (replays a reported failure).
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Replay golden-v1 cases (files, or directories searched recursively for *.json).
+    Golden {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Run each re-created upstream bug against the law meant to catch it.
+    Mutants {
+        #[arg(long)]
+        only: Option<String>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Time the reference against the physical limit measured in the same run.
+    Bench {
+        /// optim, muon, ode, cnf, stack, all
+        area: String,
+        #[arg(long)]
+        quick: bool,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Build the stacked model with every strategy and measure peak memory.
+    InitPeaks {
+        #[arg(long)]
+        layers: usize,
+        #[arg(long)]
+        width: usize,
+        #[arg(long)]
+        hidden: usize,
+        #[arg(long, default_value = "f16")]
+        dtype: String,
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Train the continuous normalising flow on a built-in 2-D data set.
+    TrainCnf {
+        #[arg(long, default_value_t = 100)]
+        steps: usize,
+        #[arg(long, default_value = "two-moons")]
+        data: String,
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+/// Bad usage or unreadable input.
+struct Usage(String);
+
+type Outcome = Result<bool, Usage>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Check { law, cases, seed, json } => check(law, cases, seed, json),
+        Cmd::Golden { paths, json } => golden(paths, json),
+        Cmd::Mutants { only, json } => mutants(only, json),
+        Cmd::Bench { area, quick, json } => bench(&area, quick, json),
+        Cmd::InitPeaks { .. } => Err(Usage("init-peaks: not implemented in this build (issue 7)".into())),
+        Cmd::TrainCnf { .. } => Err(Usage("train-cnf: not implemented in this build (issue 6)".into())),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(Usage(msg)) => {
+            eprintln!("harness: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn save(json: Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), Usage> {
+    match json {
+        Some(p) => write_json(&p, value).map_err(Usage),
+        None => Ok(()),
+    }
+}
+
+fn golden(paths: Vec<PathBuf>, json: Option<PathBuf>) -> Outcome {
+    let files = harness::golden::collect(&paths).map_err(|e| Usage(e.to_string()))?;
+    let mut cases = Vec::new();
+    for f in &files {
+        let case = harness::golden::load(f).map_err(|e| Usage(e.to_string()))?;
+        cases.push(harness::golden::replay(&case).map_err(|e| Usage(e.to_string()))?);
+    }
+    let mut t = Table::new(&["case", "kind", "result", "max_abs_err", "max_rel_err", "detail"]);
+    for c in &cases {
+        t.row(vec![
+            c.name.clone(),
+            c.kind.clone(),
+            if c.passed { "pass" } else { "FAIL" }.into(),
+            num(c.max_abs_err),
+            num(c.max_rel_err),
+            c.detail.clone(),
+        ]);
+    }
+    print!("{}", t.render());
+    let passed = cases.iter().filter(|c| c.passed).count();
+    let failed = cases.len() - passed;
+    println!("{passed} passed, {failed} failed");
+    save(
+        json,
+        &serde_json::json!({"passed": passed, "failed": failed, "cases": cases}),
+    )?;
+    Ok(failed == 0 && !cases.is_empty())
+}
+
+fn check(law: Option<String>, cases: Option<u32>, seed: Option<u64>, json: Option<PathBuf>) -> Outcome {
+    let reports = harness::laws::run_all(law.as_deref(), cases, seed);
+    if reports.is_empty() {
+        return Err(Usage(format!("--law {:?}: no law matches", law.unwrap_or_default())));
+    }
+    let mut t = Table::new(&["law", "family", "cases", "result", "seconds"]);
+    for r in &reports {
+        t.row(vec![
+            r.name.clone(),
+            r.family.to_string(),
+            r.cases.to_string(),
+            if r.passed { "pass" } else { "FAIL" }.into(),
+            format!("{:.2}", r.seconds),
+        ]);
+    }
+    print!("{}", t.render());
+    for r in reports.iter().filter(|r| !r.passed) {
+        println!("\n{} failed:\n{}", r.name, r.counterexample.as_deref().unwrap_or(""));
+    }
+    let failed = reports.iter().filter(|r| !r.passed).count();
+    println!("{} passed, {} failed", reports.len() - failed, failed);
+    save(json, &serde_json::json!({ "laws": reports }))?;
+    Ok(failed == 0)
+}
+
+fn mutants(only: Option<String>, json: Option<PathBuf>) -> Outcome {
+    let reports = harness::mutants::run_all(only.as_deref());
+    if reports.is_empty() {
+        return Err(Usage(format!("--only {:?}: no such mutant", only.unwrap_or_default())));
+    }
+    let mut t = Table::new(&["mutant", "incident", "law", "caught", "seconds"]);
+    for r in &reports {
+        t.row(vec![
+            r.name.clone(),
+            r.incident.clone(),
+            r.law.clone(),
+            if r.caught { "caught" } else { "MISSED" }.into(),
+            format!("{:.2}", r.seconds),
+        ]);
+    }
+    print!("{}", t.render());
+    for r in &reports {
+        if let Some(c) = &r.counterexample {
+            println!("\n{} — counterexample:\n{c}", r.name);
+        }
+    }
+    let missed = reports.iter().filter(|r| !r.caught).count();
+    println!("{} caught, {} missed", reports.len() - missed, missed);
+    save(json, &serde_json::json!({ "mutants": reports }))?;
+    Ok(missed == 0)
+}
+
+fn bench(area: &str, quick: bool, json: Option<PathBuf>) -> Outcome {
+    let figures = harness::bench::run(area, quick).map_err(|e| Usage(e.to_string()))?;
+    let mut t = Table::new(&["figure", "value", "unit"]);
+    for f in &figures {
+        t.row(vec![f.name.clone(), num(f.value), f.unit.clone()]);
+    }
+    print!("{}", t.render());
+    save(json, &serde_json::json!({"area": area, "figures": figures}))?;
+    Ok(true)
+}

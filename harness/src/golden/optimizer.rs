@@ -1,0 +1,118 @@
+//! Replay of `kind = "optimizer"` cases: adam and radam (muon: not implemented yet).
+
+use super::format::{parse_tree, Case};
+use super::Comparator;
+use crate::backend::{DType, Float};
+use crate::optim::{self, AdamHyper, RadamHyper, Selection, Transform};
+use crate::tree::{apply_updates, Tree};
+use crate::{Error, Result};
+use serde_json::Value;
+
+pub fn replay(case: &Case, cmp: &mut Comparator) -> Result<()> {
+    match case.dtype {
+        DType::F32 => run::<f32>(case, cmp),
+        _ => run::<f64>(case, cmp),
+    }
+}
+
+/// Hyperparameters from `optimizer.hyper`, defaults for anything absent; unknown keys are errors
+/// (a silently ignored option would make a case pass for the wrong reason).
+struct Hyper<'a> {
+    case: &'a Case,
+    obj: &'a serde_json::Map<String, Value>,
+    used: Vec<&'static str>,
+}
+
+impl<'a> Hyper<'a> {
+    fn f64(&mut self, key: &'static str, default: Option<f64>) -> Result<f64> {
+        self.used.push(key);
+        match self.obj.get(key) {
+            None => default.ok_or_else(|| self.case.err(format!("optimizer.hyper.{key} is required"))),
+            Some(v) => super::format::parse_number(v)
+                .ok_or_else(|| self.case.err(format!("optimizer.hyper.{key} must be a number"))),
+        }
+    }
+    fn bool(&mut self, key: &'static str, default: bool) -> Result<bool> {
+        self.used.push(key);
+        match self.obj.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| self.case.err(format!("optimizer.hyper.{key} must be a boolean"))),
+        }
+    }
+    fn finish(self) -> Result<()> {
+        match self.obj.keys().find(|k| !self.used.contains(&k.as_str())) {
+            Some(k) => Err(Error::NotImplemented(format!("optimizer.hyper.{k}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn adam_hyper(h: &mut Hyper) -> Result<AdamHyper> {
+    let d = AdamHyper::default();
+    Ok(AdamHyper {
+        b1: h.f64("b1", Some(d.b1))?,
+        b2: h.f64("b2", Some(d.b2))?,
+        eps: h.f64("eps", Some(d.eps))?,
+        eps_root: h.f64("eps_root", Some(d.eps_root))?,
+        nesterov: h.bool("nesterov", d.nesterov)?,
+    })
+}
+
+fn run<E: Float>(case: &Case, cmp: &mut Comparator) -> Result<()> {
+    let name = case
+        .at("optimizer/name")?
+        .as_str()
+        .ok_or_else(|| case.err("optimizer.name must be a string"))?;
+    let obj = case
+        .at("optimizer/hyper")?
+        .as_object()
+        .ok_or_else(|| case.err("optimizer.hyper must be an object"))?;
+    let mut h = Hyper {
+        case,
+        obj,
+        used: vec![],
+    };
+    let lr = h.f64("learning_rate", None)?;
+    match name {
+        "adam" => {
+            let hyper = adam_hyper(&mut h)?;
+            h.finish()?;
+            steps::<E, _>(case, cmp, &optim::adam(lr, hyper)?)
+        }
+        "radam" => {
+            let moments = adam_hyper(&mut h)?;
+            let threshold = h.f64("threshold", Some(RadamHyper::default().threshold))?;
+            h.finish()?;
+            let hyper = RadamHyper { moments, threshold };
+            steps::<E, _>(case, cmp, &optim::radam(lr, hyper, Selection::Where)?)
+        }
+        "muon" => Err(Error::NotImplemented("golden optimizer `muon`".into())),
+        other => Err(case.err(format!("unknown optimizer `{other}`"))),
+    }
+}
+
+/// `state = init(params)`; per step `updates, state = update(grads, state, params)`, compare,
+/// `params = params + updates`.
+fn steps<E: Float, T: Transform<E>>(case: &Case, cmp: &mut Comparator, opt: &T) -> Result<()> {
+    let mut params: Tree<E> = parse_tree(case, case.at("params")?, "params")?;
+    let steps = case
+        .at("steps")?
+        .as_array()
+        .ok_or_else(|| case.err("steps must be a list"))?;
+    let mut state = opt.init(&params)?;
+    for (i, step) in steps.iter().enumerate() {
+        let field = |k: &str| {
+            step.get(k)
+                .ok_or_else(|| case.err(format!("steps[{i}].{k} is missing")))
+        };
+        let grads: Tree<E> = parse_tree(case, field("grads")?, &format!("steps[{i}].grads"))?;
+        let want: Tree<f64> = parse_tree(case, field("updates")?, &format!("steps[{i}].updates"))?;
+        let (updates, next) = opt.update(&grads, &state, &params)?;
+        cmp.tree(&format!("steps[{i}].updates"), &updates, &want);
+        params = apply_updates(&params, &updates)?;
+        state = next;
+    }
+    Ok(())
+}

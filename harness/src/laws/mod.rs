@@ -1,0 +1,189 @@
+//! Every property, written once, used by the tests, the fuzz targets and `harness check`.
+//!
+//! A law is a public function from an input (and, where a mutant must be able to stand in, a
+//! *subject*: the implementation under test) to `Result<(), String>`; the error is a readable
+//! statement of what broke. [`registry`] pairs each law with a proptest strategy, and [`run`]
+//! drives it through proptest's runner, shrinking failures to a small counterexample.
+//!
+//! Configuration: cases per law default to each law's own count; `--cases` or the `PROPTEST_CASES`
+//! environment variable overrides it (nightly runs raise it). The seed defaults to a fixed value
+//! so that CI is deterministic; `--seed` or `HARNESS_SEED` changes it.
+
+pub mod radam;
+pub mod strategies;
+
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
+use std::fmt::Debug;
+use std::time::Instant;
+
+/// The four law families of ARCHITECTURE.md, plus plain numerics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Family {
+    CondVsWhere,
+    FixedStateShape,
+    TraceCount,
+    Fp16InitPeaks,
+    Numerics,
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Family::CondVsWhere => "cond-vs-where",
+            Family::FixedStateShape => "fixed-state-shape",
+            Family::TraceCount => "trace-count",
+            Family::Fp16InitPeaks => "fp16-init-peaks",
+            Family::Numerics => "numerics",
+        })
+    }
+}
+
+/// How to run a law.
+#[derive(Debug, Clone, Copy)]
+pub struct RunConfig {
+    pub cases: Option<u32>,
+    pub seed: u64,
+}
+
+/// Default seed: fixed, so CI runs are reproducible.
+pub const DEFAULT_SEED: u64 = 0x5eed_1a75;
+
+impl RunConfig {
+    /// From explicit values, falling back to `PROPTEST_CASES` / `HARNESS_SEED`.
+    pub fn new(cases: Option<u32>, seed: Option<u64>) -> Self {
+        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
+        Self {
+            cases: cases.or_else(|| env("PROPTEST_CASES").map(|c: u64| c as u32)),
+            seed: seed.or_else(|| env("HARNESS_SEED")).unwrap_or(DEFAULT_SEED),
+        }
+    }
+}
+
+/// The result of running one law (CLI.md's `check` row).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LawReport {
+    pub name: String,
+    pub family: Family,
+    pub cases: u32,
+    pub passed: bool,
+    pub seconds: f64,
+    pub counterexample: Option<String>,
+}
+
+/// A registered law.
+pub struct Law {
+    pub name: &'static str,
+    pub family: Family,
+    /// One line: what must hold.
+    pub summary: &'static str,
+    pub default_cases: u32,
+    /// Measures process-wide memory: run serialised (the memory test binary, or the CLI).
+    pub measures_memory: bool,
+    /// Runs `cases` cases; `Err` is the shrunk counterexample.
+    pub run: fn(cases: u32, seed: u64) -> Result<(), String>,
+}
+
+/// Every law of the workspace.
+pub fn registry() -> Vec<Law> {
+    let mut v = Vec::new();
+    v.extend(radam::laws());
+    v
+}
+
+/// Run one law with `cfg`.
+pub fn run(law: &Law, cfg: RunConfig) -> LawReport {
+    let cases = cfg.cases.unwrap_or(law.default_cases);
+    let start = Instant::now();
+    let outcome = if law.measures_memory {
+        let _g = crate::probe::exclusive();
+        (law.run)(cases, cfg.seed)
+    } else {
+        (law.run)(cases, cfg.seed)
+    };
+    LawReport {
+        name: law.name.to_string(),
+        family: law.family,
+        cases,
+        passed: outcome.is_ok(),
+        seconds: start.elapsed().as_secs_f64(),
+        counterexample: outcome.err(),
+    }
+}
+
+/// Run every law whose name contains `pattern`.
+pub fn run_all(pattern: Option<&str>, cases: Option<u32>, seed: Option<u64>) -> Vec<LawReport> {
+    let cfg = RunConfig::new(cases, seed);
+    registry()
+        .iter()
+        .filter(|l| pattern.is_none_or(|p| l.name.contains(p)))
+        .map(|l| run(l, cfg))
+        .collect()
+}
+
+/// Look a law up by exact name.
+pub fn find(name: &str) -> Option<Law> {
+    registry().into_iter().find(|l| l.name == name)
+}
+
+/// Drive `property` over `strategy` with proptest's runner; on failure return the reason and the
+/// shrunk input, with the seed that replays it.
+pub fn check_property<S>(
+    name: &str,
+    cases: u32,
+    seed: u64,
+    strategy: S,
+    property: impl Fn(&S::Value) -> Result<(), String>,
+) -> Result<(), String>
+where
+    S: Strategy,
+    S::Value: Debug,
+{
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 2048,
+        ..Config::default()
+    };
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    match runner.run(&strategy, |v| {
+        property(&v).map_err(proptest::test_runner::TestCaseError::fail)
+    }) {
+        Ok(()) => Ok(()),
+        Err(TestError::Fail(reason, value)) => Err(format!(
+            "{reason}\nminimal input: {value:?}\nreplay: harness check --law {name} --seed {seed}"
+        )),
+        Err(TestError::Abort(reason)) => Err(format!("aborted: {reason}")),
+    }
+}
+
+/// Evaluate one value of a strategy deterministically (for fixed examples in tests).
+pub fn sample<S: Strategy>(strategy: S, seed: u64) -> S::Value {
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner =
+        TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
+    strategy.new_tree(&mut runner).expect("strategy").current()
+}
+
+/// `Ok` when the two trees are bit-identical (same names, shapes and element bits); otherwise
+/// the first element that differs.
+pub fn bitwise_equal<A: crate::backend::Float>(
+    what: &str,
+    a: &crate::tree::Tree<A>,
+    b: &crate::tree::Tree<A>,
+) -> Result<(), String> {
+    a.check_like(b, what).map_err(|e| e.to_string())?;
+    for ((k, x), y) in a.iter().zip(b.0.values()) {
+        for (i, (p, q)) in x.data().iter().zip(y.data()).enumerate() {
+            if p.bits() != q.bits() {
+                return Err(format!("{what}.{k}[{i}]: {p:?} != {q:?} (bits differ)"));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,487 @@
+//! Laws of Adam and RAdam: cond vs where, finite branches, the rectification schedule, fused vs
+//! composed, fixed state shape, one trace and flat memory over many steps.
+
+use super::strategies::{opt_case, OptCase};
+use super::{bitwise_equal, check_property, Family, Law};
+use crate::backend::{Array, DType, Float};
+use crate::optim::radam::RadamBranches;
+use crate::optim::{
+    self, FusedMoments, Jit, MomentState, RadamHyper, ScaleByAdam, ScaleByRadam, Selection,
+    Transform,
+};
+use crate::stage::HasSignature;
+use crate::tolerance;
+use crate::tree::{apply_updates, Tree};
+use crate::Result;
+use proptest::prelude::*;
+
+/// Run `$f::<E>($case, ...)` with `E` the case's dtype.
+macro_rules! by_dtype {
+    ($case:expr, $f:ident) => {
+        match $case.dtype {
+            DType::F16 => $f::<half::f16>($case),
+            DType::F32 => $f::<f32>($case),
+            _ => $f::<f64>($case),
+        }
+    };
+}
+
+/// One leaf `w` holding `data` (rounded to `E`).
+pub fn leaf<E: Float>(data: &[f64]) -> Tree<E> {
+    let arr = Array::vector(data.iter().map(|&x| E::of_f64(x)).collect());
+    Tree::from_leaves([("w".to_string(), arr)]).expect("one leaf")
+}
+
+fn err(e: crate::Error) -> String {
+    e.to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// cond vs where
+
+/// `Where` and `Branch` give bit-identical updates and states at every step.
+pub fn where_matches_branch_bitwise(case: &OptCase) -> Result<(), String> {
+    by_dtype!(case, where_matches_branch_e)
+}
+
+fn where_matches_branch_e<E: Float>(case: &OptCase) -> Result<(), String> {
+    let forms = [Selection::Where, Selection::Branch]
+        .map(|s| optim::radam(case.learning_rate, case.hyper, s));
+    let [Ok(w), Ok(b)] = forms else {
+        return Ok(()); // invalid hyperparameters: rejected by both constructors, nothing to compare
+    };
+    let params = leaf::<E>(&case.params);
+    let (mut sw, mut sb) = (w.init(&params).map_err(err)?, b.init(&params).map_err(err)?);
+    for (t, g) in case.grads.iter().enumerate() {
+        let g = leaf::<E>(g);
+        let (uw, nw) = w.update(&g, &sw, &params).map_err(err)?;
+        let (ub, nb) = b.update(&g, &sb, &params).map_err(err)?;
+        let step = format!("step {}", t + 1);
+        bitwise_equal(&format!("{step} updates"), &uw, &ub)?;
+        bitwise_equal(&format!("{step} mu"), &nw.0.mu, &nb.0.mu)?;
+        bitwise_equal(&format!("{step} nu"), &nw.0.nu, &nb.0.nu)?;
+        (sw, sb) = (nw, nb);
+    }
+    Ok(())
+}
+
+/// The implementation whose branches are inspected (the reference, or a mutant).
+pub trait BranchSubject {
+    fn branches<E: Float>(
+        &self,
+        opt: &ScaleByRadam,
+        grads: &Tree<E>,
+        state: &MomentState<E::Acc>,
+        params: &Tree<E>,
+    ) -> Result<RadamBranches<E::Acc>>;
+}
+
+/// The reference: the `Where` form's sanitised branches.
+pub struct Reference;
+
+impl BranchSubject for Reference {
+    fn branches<E: Float>(
+        &self,
+        opt: &ScaleByRadam,
+        grads: &Tree<E>,
+        state: &MomentState<E::Acc>,
+        params: &Tree<E>,
+    ) -> Result<RadamBranches<E::Acc>> {
+        opt.branches(grads, state, params)
+    }
+}
+
+/// Domain of the finiteness law: well-posed hyperparameters (the selected rectifier is defined,
+/// [`RadamHyper::well_posed`]) and a positive `eps` or `eps_root` (else a zero gradient is `0/0`,
+/// as upstream).
+pub fn finiteness_domain(h: &RadamHyper) -> bool {
+    h.validate().is_ok() && h.well_posed() && (h.moments.eps > 0.0 || h.moments.eps_root > 0.0)
+}
+
+/// Both branches are finite at every step for finite inputs, and so is the update.
+pub fn branches_finite<S: BranchSubject>(case: &OptCase, subject: &S) -> Result<(), String> {
+    match case.dtype {
+        DType::F16 => branches_finite_e::<half::f16, S>(case, subject),
+        DType::F32 => branches_finite_e::<f32, S>(case, subject),
+        _ => branches_finite_e::<f64, S>(case, subject),
+    }
+}
+
+fn branches_finite_e<E: Float, S: BranchSubject>(case: &OptCase, subject: &S) -> Result<(), String> {
+    if !finiteness_domain(&case.hyper) {
+        return Ok(());
+    }
+    let opt = ScaleByRadam::new(case.hyper, Selection::Where).map_err(err)?;
+    let params = leaf::<E>(&case.params);
+    let Ok(mut state) = opt.init(&params) else {
+        return Ok(()); // eps rounds to 0 in this dtype: a typed error, outside the domain
+    };
+    for (t, g) in case.grads.iter().enumerate() {
+        let g = leaf::<E>(g);
+        let br = subject.branches(&opt, &g, &state, &params).map_err(err)?;
+        let rho = br.rectification.rho_t;
+        for (name, tree) in [("momentum", &br.momentum), ("rectified", &br.rectified)] {
+            if let Some(x) = tree.get("w").and_then(|a| a.data().iter().find(|x| !x.is_finite())) {
+                return Err(format!(
+                    "step {}: the {name} branch is {x:?} (rho_t = {rho:.4}, selected: {})",
+                    t + 1,
+                    if br.rectification.rectified { "rectified" } else { "momentum" }
+                ));
+            }
+        }
+        let (u, next) = opt.update(&g, &state, &params).map_err(err)?;
+        if let Some(x) = u.get("w").and_then(|a| a.data().iter().find(|x| !x.is_finite())) {
+            return Err(format!("step {}: update is {x:?}", t + 1));
+        }
+        state = next;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// schedule
+
+/// While `rho_t < threshold` the update is bias-corrected momentum (closed form from the
+/// gradient history); afterwards it is Adam's update times `r_t`. Checked in f64.
+pub fn follows_schedule(case: &OptCase) -> Result<(), String> {
+    let h = case.hyper;
+    if !finiteness_domain(&h) {
+        return Ok(());
+    }
+    let radam = ScaleByRadam::new(h, Selection::Where).map_err(err)?;
+    let adam = ScaleByAdam::new(h.moments).map_err(err)?;
+    let tol = tolerance::for_dtype(DType::F64);
+    let params = leaf::<f64>(&case.params);
+    let mut state = Transform::<f64>::init(&radam, &params).map_err(err)?;
+    let (b1, n) = (h.moments.b1, case.params.len());
+    for (t0, g) in case.grads.iter().enumerate() {
+        let t = t0 as i32 + 1;
+        let (u, next) = radam.update(&leaf::<f64>(g), &state, &params).map_err(err)?;
+        let u = u.get("w").expect("leaf").data().to_vec();
+        let rect = h.rectification(t);
+        if rect.rectified {
+            let (a, _) = adam.update(&leaf::<f64>(g), &state, &params).map_err(err)?;
+            for (i, (&got, &ad)) in u.iter().zip(a.get("w").expect("leaf").data()).enumerate() {
+                let want = ad * rect.r;
+                if !tol.close(got, want) {
+                    return Err(format!(
+                        "step {t} (rectified, r_t = {}): update[{i}] = {got:e}, Adam x r_t = {want:e}",
+                        rect.r
+                    ));
+                }
+            }
+        } else {
+            // closed form: m_t = sum_k (1-b1) b1^(t-k) g_k; m_hat = m_t / (1 - b1^t);
+            // nesterov: b1 m_t/(1-b1^(t+1)) + (1-b1) g_t/(1-b1^t)
+            for (i, &got) in u.iter().enumerate().take(n) {
+                let m: f64 = (0..=t0)
+                    .map(|k| (1.0 - b1) * b1.powi((t0 - k) as i32) * case.grads[k][i])
+                    .sum();
+                let want = if h.moments.nesterov {
+                    b1 * m / (1.0 - b1.powi(t + 1)) + (1.0 - b1) * g[i] / (1.0 - b1.powi(t))
+                } else {
+                    m / (1.0 - b1.powi(t))
+                };
+                let scale = case.grads[..=t0].iter().map(|g| g[i].abs()).fold(0.0, f64::max);
+                if (got - want).abs() > tol.atol + tol.rtol * scale.max(want.abs()) * (t as f64) {
+                    return Err(format!(
+                        "step {t} (un-rectified, rho_t = {:.4}): update[{i}] = {got:e}, bias-corrected momentum = {want:e}",
+                        rect.rho_t
+                    ));
+                }
+            }
+        }
+        state = next;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// fused vs composed, signatures
+
+/// The fused in-place step equals the composed `update` + `apply_updates` bit for bit
+/// (parameters and moments), for Adam and both RAdam forms, in every dtype.
+pub fn fused_matches_composed(case: &OptCase) -> Result<(), String> {
+    by_dtype!(case, fused_matches_composed_e)
+}
+
+fn fused_matches_composed_e<E: Float>(case: &OptCase) -> Result<(), String> {
+    let p0 = leaf::<E>(&case.params);
+    let lr = case.learning_rate;
+    let adam = (optim::adam(lr, case.hyper.moments), FusedMoments::adam(lr, case.hyper.moments, &p0));
+    if let (Ok(c), Ok(f)) = adam {
+        compare_fused("adam", case, c, f)?;
+    }
+    for s in [Selection::Where, Selection::Branch] {
+        if let (Ok(c), Ok(f)) = (optim::radam(lr, case.hyper, s), FusedMoments::radam(lr, case.hyper, s, &p0)) {
+            compare_fused(&format!("radam {s:?}"), case, c, f)?;
+        }
+    }
+    Ok(())
+}
+
+fn compare_fused<E: Float, T>(name: &str, case: &OptCase, composed: T, mut fused: FusedMoments<E>) -> Result<(), String>
+where
+    T: Transform<E, State = optim::ChainState<MomentState<E::Acc>, optim::NoState>>,
+{
+    let mut pc = leaf::<E>(&case.params);
+    let mut pf = pc.clone();
+    let mut state = composed.init(&pc).map_err(err)?;
+    for (t, g) in case.grads.iter().enumerate() {
+        let g = leaf::<E>(g);
+        let (u, next) = composed.update(&g, &state, &pc).map_err(err)?;
+        pc = apply_updates(&pc, &u).map_err(err)?;
+        state = next;
+        fused.step(&mut pf, &g).map_err(err)?;
+        let at = format!("{name} step {}", t + 1);
+        bitwise_equal(&format!("{at} params"), &pc, &pf)?;
+        bitwise_equal(&format!("{at} mu"), &state.0.mu, &fused.state().mu)?;
+        bitwise_equal(&format!("{at} nu"), &state.0.nu, &fused.state().nu)?;
+    }
+    Ok(())
+}
+
+/// `init` and every `update` produce the same state signature, and a jitted loop over all steps
+/// traces once (Adam, RAdam both forms).
+pub fn state_signature_fixed(case: &OptCase) -> Result<(), String> {
+    by_dtype!(case, state_signature_fixed_e)
+}
+
+fn state_signature_fixed_e<E: Float>(case: &OptCase) -> Result<(), String> {
+    fn run<E: Float, T: Transform<E>>(name: &str, case: &OptCase, opt: T) -> Result<(), String> {
+        let params = leaf::<E>(&case.params);
+        let Ok(mut state) = opt.init(&params) else {
+            return Ok(());
+        };
+        let sig0 = state.signature();
+        let mut jit = Jit::new(opt).with_max_traces(1);
+        for (t, g) in case.grads.iter().enumerate() {
+            let (_, next) = jit.update(&leaf::<E>(g), &state, &params).map_err(|e| format!("{name}: {e}"))?;
+            let d = sig0.diff(&next.signature());
+            if !d.is_empty() {
+                return Err(format!("{name} step {}: state signature changed: {d}", t + 1));
+            }
+            state = next;
+        }
+        Ok(())
+    }
+    if let Ok(o) = optim::adam(case.learning_rate, case.hyper.moments) {
+        run::<E, _>("adam", case, o)?;
+    }
+    for s in [Selection::Where, Selection::Branch] {
+        if let Ok(o) = optim::radam(case.learning_rate, case.hyper, s) {
+            run::<E, _>(&format!("radam {s:?}"), case, o)?;
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// traces and memory over many steps
+
+/// Something that takes optimizer steps in place (the reference forms, or a mutant).
+pub trait Stepper {
+    fn step(&mut self, params: &mut Tree<f32>, grads: &Tree<f32>) -> Result<()>;
+    fn traces(&self) -> usize;
+}
+
+impl Stepper for FusedMoments<f32> {
+    fn step(&mut self, params: &mut Tree<f32>, grads: &Tree<f32>) -> Result<()> {
+        FusedMoments::step(self, params, grads)
+    }
+    fn traces(&self) -> usize {
+        FusedMoments::traces(self)
+    }
+}
+
+/// The composed form under [`Jit`], holding its state: `params += update(grads)`.
+pub struct JitStepper<T: Transform<f32>> {
+    pub jit: Jit<T>,
+    pub state: T::State,
+}
+
+impl<T: Transform<f32>> JitStepper<T> {
+    pub fn new(transform: T, params: &Tree<f32>) -> Result<Self> {
+        let state = transform.init(params)?;
+        Ok(Self { jit: Jit::new(transform), state })
+    }
+}
+
+impl<T: Transform<f32>> Stepper for JitStepper<T> {
+    fn step(&mut self, params: &mut Tree<f32>, grads: &Tree<f32>) -> Result<()> {
+        let (u, s) = self.jit.update(grads, &self.state, params)?;
+        *params = apply_updates(params, &u)?;
+        self.state = s;
+        Ok(())
+    }
+    fn traces(&self) -> usize {
+        self.jit.traces()
+    }
+}
+
+/// Size and length of a memory run.
+#[derive(Debug, Clone, Copy)]
+pub struct MemCase {
+    pub elements: usize,
+    pub steps: usize,
+}
+
+/// What [`trace_once_memory_flat`] measured.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct MemRun {
+    pub traces: usize,
+    pub live_growth_first: i64,
+    pub live_growth_second: i64,
+    pub allocs_first: u64,
+    pub allocs_second: u64,
+}
+
+/// Build the stepper under test for a parameter tree.
+pub type MakeStepper<'a> = &'a dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>;
+
+/// After two warm-up steps, two windows of `steps` steps each: live bytes do not grow in either,
+/// the allocation count of the second window equals the first's, and the whole run traced once.
+pub fn trace_once_memory_flat(case: &MemCase, make: MakeStepper) -> Result<MemRun, String> {
+    let mut params = leaf::<f32>(&vec![0.5; case.elements]);
+    let grads = leaf::<f32>(&(0..case.elements).map(|i| (i as f64 * 0.37).sin()).collect::<Vec<_>>());
+    let mut opt = make(&params).map_err(err)?;
+    for _ in 0..2 {
+        opt.step(&mut params, &grads).map_err(err)?;
+    }
+    let mut window = || {
+        crate::probe::measure(|| {
+            for _ in 0..case.steps {
+                opt.step(&mut params, &grads)?;
+            }
+            Ok::<(), crate::Error>(())
+        })
+    };
+    let (r1, m1) = window();
+    r1.map_err(err)?;
+    let (r2, m2) = window();
+    r2.map_err(err)?;
+    let run = MemRun {
+        traces: opt.traces(),
+        live_growth_first: m1.live_delta,
+        live_growth_second: m2.live_delta,
+        allocs_first: m1.allocations,
+        allocs_second: m2.allocations,
+    };
+    let ok = run.traces == 1
+        && run.live_growth_first <= 0
+        && run.live_growth_second <= 0
+        && run.allocs_second <= run.allocs_first;
+    if ok {
+        Ok(run)
+    } else {
+        Err(format!(
+            "{} steps x 2 windows: {} traces (want 1), live bytes grew by {} then {}, allocations {} then {}",
+            case.steps, run.traces, run.live_growth_first, run.live_growth_second, run.allocs_first, run.allocs_second
+        ))
+    }
+}
+
+fn mem_case() -> impl Strategy<Value = MemCase> {
+    (1usize..64, prop_oneof![Just(2usize), Just(10), 2usize..200]).prop_map(|(elements, steps)| MemCase { elements, steps })
+}
+
+/// Run the memory law over random sizes with a given stepper factory.
+pub fn run_memory_law(name: &str, cases: u32, seed: u64, make: MakeStepper) -> Result<(), String> {
+    check_property(name, cases, seed, mem_case(), |c| trace_once_memory_flat(c, make).map(|_| ()))
+}
+
+/// The reference steppers the memory law covers: composed Branch and Where under `Jit`, fused.
+pub fn reference_steppers() -> Vec<(&'static str, Box<dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>>)> {
+    let lr = 1e-3;
+    let h = RadamHyper::default();
+    vec![
+        ("composed-branch", Box::new(move |p: &Tree<f32>| Ok(Box::new(JitStepper::new(optim::radam(lr, h, Selection::Branch)?, p)?) as Box<dyn Stepper>))),
+        ("composed-where", Box::new(move |p: &Tree<f32>| Ok(Box::new(JitStepper::new(optim::radam(lr, h, Selection::Where)?, p)?) as Box<dyn Stepper>))),
+        ("fused-branch", Box::new(move |p: &Tree<f32>| Ok(Box::new(FusedMoments::radam(lr, h, Selection::Branch, p)?) as Box<dyn Stepper>))),
+        ("fused-where", Box::new(move |p: &Tree<f32>| Ok(Box::new(FusedMoments::radam(lr, h, Selection::Where, p)?) as Box<dyn Stepper>))),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// registry
+
+/// Every pure (non-memory) RAdam/Adam law on one case: what the `radam` fuzz target calls.
+pub fn check_case(case: &OptCase) -> Result<(), String> {
+    // Invalid hyperparameters must be typed errors from every constructor, never panics.
+    if case.hyper.validate().is_err() || !case.learning_rate.is_finite() {
+        let p = leaf::<f32>(&case.params);
+        return match (
+            optim::radam(case.learning_rate, case.hyper, Selection::Where),
+            FusedMoments::radam(case.learning_rate, case.hyper, Selection::Where, &p),
+        ) {
+            (Err(_), Err(_)) => Ok(()),
+            _ => Err("invalid hyperparameters were accepted".into()),
+        };
+    }
+    where_matches_branch_bitwise(case)?;
+    branches_finite(case, &Reference)?;
+    fused_matches_composed(case)?;
+    state_signature_fixed(case)?;
+    if case.dtype == DType::F64 {
+        follows_schedule(case)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn laws() -> Vec<Law> {
+    vec![
+        Law {
+            name: "radam_where_matches_branch_bitwise",
+            family: Family::CondVsWhere,
+            summary: "Where and Branch give bit-identical updates and states at every step, every b2",
+            default_cases: 256,
+            measures_memory: false,
+            run: |c, s| check_property("radam_where_matches_branch_bitwise", c, s, opt_case(12), where_matches_branch_bitwise),
+        },
+        Law {
+            name: "radam_branches_finite",
+            family: Family::CondVsWhere,
+            summary: "both branches (and the update) are finite for finite inputs",
+            default_cases: 256,
+            measures_memory: false,
+            run: |c, s| check_property("radam_branches_finite", c, s, opt_case(12), |x| branches_finite(x, &Reference)),
+        },
+        Law {
+            name: "radam_follows_schedule",
+            family: Family::Numerics,
+            summary: "momentum while rho_t < threshold, Adam x r_t afterwards (f64 closed form)",
+            default_cases: 256,
+            measures_memory: false,
+            run: |c, s| check_property("radam_follows_schedule", c, s, opt_case(16), follows_schedule),
+        },
+        Law {
+            name: "fused_matches_composed_bitwise",
+            family: Family::Numerics,
+            summary: "fused in-place Adam/RAdam equal the composed dfdx forms bit for bit, f16/f32/f64",
+            default_cases: 128,
+            measures_memory: false,
+            run: |c, s| check_property("fused_matches_composed_bitwise", c, s, opt_case(10), fused_matches_composed),
+        },
+        Law {
+            name: "moment_state_signature_fixed",
+            family: Family::FixedStateShape,
+            summary: "init and every update have one state signature; a jitted loop traces once",
+            default_cases: 128,
+            measures_memory: false,
+            run: |c, s| check_property("moment_state_signature_fixed", c, s, opt_case(10), state_signature_fixed),
+        },
+        Law {
+            name: "radam_steps_trace_once_memory_flat",
+            family: Family::TraceCount,
+            summary: "N steps trace once; live bytes and allocations per step do not grow (every form)",
+            default_cases: 8,
+            measures_memory: true,
+            run: |c, s| {
+                for (form, make) in reference_steppers() {
+                    run_memory_law(&format!("radam_steps_trace_once_memory_flat ({form})"), c, s, &*make)?;
+                }
+                Ok(())
+            },
+        },
+    ]
+}

@@ -1,0 +1,59 @@
+//! The upstream bugs, re-created. Each must be caught by the law meant to guard against it, with
+//! a small counterexample; `harness mutants` prints the table and the tests assert it.
+//!
+//! Names are CLI.md's and stable: other tools look for them.
+
+mod radam_cond_leak;
+mod radam_unsafe_where;
+
+use std::time::Instant;
+
+/// A re-created bug and the law that must catch it.
+pub struct Mutant {
+    pub name: &'static str,
+    /// Upstream issue it re-creates.
+    pub incident: &'static str,
+    /// The law (registry name) run against it.
+    pub law: &'static str,
+    /// Run the law on the mutant: `Err(counterexample)` means caught.
+    pub run: fn() -> Result<(), String>,
+}
+
+/// One row of `harness mutants`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MutantReport {
+    pub name: String,
+    pub incident: String,
+    pub law: String,
+    pub caught: bool,
+    pub counterexample: Option<String>,
+    pub seconds: f64,
+}
+
+/// Every mutant.
+pub fn registry() -> Vec<Mutant> {
+    vec![radam_cond_leak::mutant(), radam_unsafe_where::mutant()]
+}
+
+/// Run one mutant against its law.
+pub fn run(m: &Mutant) -> MutantReport {
+    let start = Instant::now();
+    let outcome = (m.run)();
+    MutantReport {
+        name: m.name.into(),
+        incident: m.incident.into(),
+        law: m.law.into(),
+        caught: outcome.is_err(),
+        counterexample: outcome.err(),
+        seconds: start.elapsed().as_secs_f64(),
+    }
+}
+
+/// Run every mutant whose name is `only` (all when `None`).
+pub fn run_all(only: Option<&str>) -> Vec<MutantReport> {
+    registry()
+        .iter()
+        .filter(|m| only.is_none_or(|o| m.name == o))
+        .map(run)
+        .collect()
+}

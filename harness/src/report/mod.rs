@@ -1,0 +1,61 @@
+//! Human tables on stdout and the JSON files of CLI.md.
+
+use std::io::Write;
+use std::path::Path;
+
+/// A plain-text table with a header row, columns padded to their widest cell.
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(header: &[&str]) -> Self {
+        Self {
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: vec![],
+        }
+    }
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+    pub fn render(&self) -> String {
+        let n = self.header.len();
+        let mut w = vec![0; n];
+        for r in std::iter::once(&self.header).chain(&self.rows) {
+            for (i, c) in r.iter().enumerate().take(n) {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+        let line = |r: &Vec<String>| {
+            let cells: Vec<String> = (0..n)
+                .map(|i| format!("{:<width$}", r.get(i).map(String::as_str).unwrap_or(""), width = w[i]))
+                .collect();
+            cells.join("  ").trim_end().to_string()
+        };
+        let mut out = line(&self.header) + "\n";
+        out += &(w.iter().map(|&k| "-".repeat(k)).collect::<Vec<_>>().join("  ") + "\n");
+        for r in &self.rows {
+            out += &(line(r) + "\n");
+        }
+        out
+    }
+}
+
+/// Write `value` as pretty JSON to `path` (an error names the file).
+pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.write_all(b"\n"))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Format a float compactly for tables (`1.23e-7`, `0.5`).
+pub fn num(x: f64) -> String {
+    if x == 0.0 || (1e-3..1e6).contains(&x.abs()) {
+        format!("{x:.4}")
+    } else {
+        format!("{x:.3e}")
+    }
+}

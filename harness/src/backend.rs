@@ -8,6 +8,8 @@
 //!   kept beside it; element-wise maths does not care about rank, and matmuls reshape explicitly.
 //! * dfdx's `Cpu` device has an allocation cache; it is disabled by default and must stay so, or
 //!   the counting allocator would see buffers parked in the cache as live.
+//! * dfdx 0.13's `choose` kernel and `as_vec` index out of bounds on empty tensors; [`Ten::select`]
+//!   and [`Array::from_dfdx`] handle the empty case themselves.
 //! * f16 comes from the `half` crate; arithmetic on f16 is done in the [`Float::Acc`] type (f32).
 
 use dfdx::prelude::{Cache, Cpu, Tensor, TensorFrom};
@@ -134,6 +136,9 @@ macro_rules! stamp_dfdx_ops {
             }
             fn t_choose(mask: &[bool], on_true: Flat<$t>, on_false: Flat<$t>) -> Flat<$t> {
                 use dfdx::prelude::ChooseFrom;
+                if mask.is_empty() {
+                    return on_false; // dfdx 0.13's choose kernel panics on empty tensors
+                }
                 let dev = device();
                 let m: Tensor<(usize,), bool, Cpu> = dev.tensor((mask.to_vec(), (mask.len(),)));
                 m.choose(on_true, on_false)
@@ -370,6 +375,10 @@ impl<E: Float> Array<E> {
     }
     /// Read a flat dfdx tensor back (one copy) under the given logical shape.
     pub fn from_dfdx(shape: Vec<usize>, t: &Flat<E>) -> crate::Result<Self> {
+        use dfdx::prelude::HasShape;
+        if t.shape().0 == 0 {
+            return Self::new(shape, Vec::new()); // dfdx's as_vec panics on empty tensors
+        }
         Self::new(shape, t.as_vec())
     }
     /// Convert every element to another float type (round to nearest).

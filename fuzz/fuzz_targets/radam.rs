@@ -1,0 +1,7 @@
+//! RAdam/Adam laws over arbitrary hyperparameters, dtypes, shapes and gradient sequences.
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    if let Err(msg) = harness::laws::fuzz::radam(data) {
+        panic!("law violated: {msg}");
+    }
+});

@@ -45,7 +45,9 @@ pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
     match area {
         "optim" => optim(quick),
         "all" => optim(quick),
-        "muon" | "ode" | "cnf" | "stack" => Err(Error::NotImplemented(format!("bench area `{area}`"))),
+        "muon" | "ode" | "cnf" | "stack" => {
+            Err(Error::NotImplemented(format!("bench area `{area}`")))
+        }
         other => Err(Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
@@ -79,7 +81,10 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     let reps = if quick { 3 } else { 11 };
     let copy = copy_bandwidth_gbps(reps);
     let mk = |v: f32| -> Result<Tree<f32>> {
-        Tree::from_leaves([("w".to_string(), Array::new(vec![FUSED_PARAMS], vec![v; FUSED_PARAMS])?)])
+        Tree::from_leaves([(
+            "w".to_string(),
+            Array::new(vec![FUSED_PARAMS], vec![v; FUSED_PARAMS])?,
+        )])
     };
     let mut params = mk(0.5)?;
     let grads = mk(0.01)?;
@@ -110,6 +115,10 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
         fig("radam_fused_16m_gbps", radam_gbps, "GB/s"),
         fig("adam_fused_vs_copy", adam_gbps / copy, "ratio"),
         fig("radam_fused_vs_copy", radam_gbps / copy, "ratio"),
-        fig("radam_allocs_per_step", m.allocations as f64 / steps as f64, "allocations"),
+        fig(
+            "radam_allocs_per_step",
+            m.allocations as f64 / steps as f64,
+            "allocations",
+        ),
     ])
 }

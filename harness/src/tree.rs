@@ -45,8 +45,7 @@ impl<E: Copy + Default> Tree<E> {
     /// Same leaf names as `other`, and the same shapes: else a typed error naming the first leaf
     /// that differs.
     pub fn check_like<F: Copy + Default>(&self, other: &Tree<F>, what: &str) -> Result<()> {
-        if self.0.len() != other.0.len() || self.0.keys().zip(other.0.keys()).any(|(a, b)| a != b)
-        {
+        if self.0.len() != other.0.len() || self.0.keys().zip(other.0.keys()).any(|(a, b)| a != b) {
             return Err(Error::Structure(format!(
                 "{what}: leaves {:?} do not match {:?}",
                 self.0.keys().collect::<Vec<_>>(),
@@ -105,7 +104,10 @@ pub fn apply_updates<E: Float>(params: &Tree<E>, updates: &Tree<E>) -> Result<Tr
                     .zip(u.data())
                     .map(|(&p, &u)| E::from_acc(p.to_acc() + u.to_acc()))
                     .collect();
-                (k.clone(), Array::new(p.shape().to_vec(), data).expect("same shape"))
+                (
+                    k.clone(),
+                    Array::new(p.shape().to_vec(), data).expect("same shape"),
+                )
             })
             .collect(),
     ))

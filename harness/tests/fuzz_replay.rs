@@ -7,7 +7,9 @@ fn replay(target: &str, run: fn(&[u8]) -> Result<(), String>) -> usize {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
     let mut n = 0;
     for dir in ["corpus", "regressions"] {
-        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else { continue };
+        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else {
+            continue;
+        };
         for e in entries {
             let p = e.unwrap().path();
             let data = std::fs::read(&p).unwrap();

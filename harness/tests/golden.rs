@@ -35,17 +35,28 @@ fn shared_examples_pass_or_fail_as_not_implemented() {
         if implemented {
             assert!(r.passed, "{}: {}", r.name, r.detail);
         } else {
-            assert!(!r.passed && r.detail.contains("not implemented"), "{}: {}", r.name, r.detail);
+            assert!(
+                !r.passed && r.detail.contains("not implemented"),
+                "{}: {}",
+                r.name,
+                r.detail
+            );
         }
     }
 }
 
 #[test]
 fn truncated_golden_file_is_a_typed_error_naming_the_file() {
-    let text = std::fs::read_to_string(root().join("fixtures/golden/adam-default-f32.json")).unwrap();
+    let text =
+        std::fs::read_to_string(root().join("fixtures/golden/adam-default-f32.json")).unwrap();
     for cut in [0, 1, 10, text.len() / 2, text.len() - 2] {
-        let err = harness::golden::Case::parse("cut.json", &text[..cut]).unwrap_err().to_string();
-        assert!(err.contains("cut.json") && err.contains("invalid JSON"), "{err}");
+        let err = harness::golden::Case::parse("cut.json", &text[..cut])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cut.json") && err.contains("invalid JSON"),
+            "{err}"
+        );
     }
 }
 
@@ -53,11 +64,19 @@ fn truncated_golden_file_is_a_typed_error_naming_the_file() {
 fn malformed_fields_are_named_in_the_error() {
     let bad = [
         (r#"{"format":"golden-v2"}"#, "golden-v1"),
-        (r#"{"format":"golden-v1","name":"x","kind":"optimizer","dtype":"float16","tolerance":{"rtol":0,"atol":0}}"#, "float16"),
-        (r#"{"format":"golden-v1","name":"x","kind":"optimizer","dtype":"float32","tolerance":{"rtol":-1,"atol":0}}"#, "tolerance.rtol"),
+        (
+            r#"{"format":"golden-v1","name":"x","kind":"optimizer","dtype":"float16","tolerance":{"rtol":0,"atol":0}}"#,
+            "float16",
+        ),
+        (
+            r#"{"format":"golden-v1","name":"x","kind":"optimizer","dtype":"float32","tolerance":{"rtol":-1,"atol":0}}"#,
+            "tolerance.rtol",
+        ),
     ];
     for (json, needle) in bad {
-        let err = harness::golden::Case::parse("bad.json", json).unwrap_err().to_string();
+        let err = harness::golden::Case::parse("bad.json", json)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(needle), "{err}");
     }
     // a structurally valid case with a shape/data mismatch fails with the field named

@@ -7,7 +7,11 @@ fn assert_law_holds(name: &str) {
     let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
     assert!(!law.measures_memory);
     let r = laws::run(&law, RunConfig::new(None, None));
-    assert!(r.passed, "{name} failed:\n{}", r.counterexample.unwrap_or_default());
+    assert!(
+        r.passed,
+        "{name} failed:\n{}",
+        r.counterexample.unwrap_or_default()
+    );
 }
 
 #[test]
@@ -59,8 +63,17 @@ fn radam_unsafe_where_mutant_is_caught_with_small_counterexample() {
     let c = r.counterexample.as_deref().unwrap();
     assert!(c.contains("branch is NaN"), "{c}");
     // shrunk to at most a few steps over one element
-    assert!(c.contains("grads(1 steps)") || c.contains("grads(2 steps)") || c.contains("grads(3 steps)") || c.contains("grads(4 steps)"), "{c}");
-    assert!(c.contains("params=[0.0]"), "counterexample not shrunk to one element: {c}");
+    assert!(
+        c.contains("grads(1 steps)")
+            || c.contains("grads(2 steps)")
+            || c.contains("grads(3 steps)")
+            || c.contains("grads(4 steps)"),
+        "{c}"
+    );
+    assert!(
+        c.contains("params=[0.0]"),
+        "counterexample not shrunk to one element: {c}"
+    );
 }
 
 #[test]
@@ -68,7 +81,9 @@ fn reference_rectifier_is_nan_exactly_where_optax_is() {
     // Closed form (ALGORITHMS.md §2): with default b2 the square-root argument is negative for
     // 2 < rho_t < 4, i.e. steps 3 and 4; rho_1 = 1 for every b2.
     let h = harness::optim::RadamHyper::default();
-    let nan_steps: Vec<i32> = (1..=10).filter(|&t| h.rectification(t).r.is_nan()).collect();
+    let nan_steps: Vec<i32> = (1..=10)
+        .filter(|&t| h.rectification(t).r.is_nan())
+        .collect();
     assert_eq!(nan_steps, vec![3, 4]);
     assert_eq!(h.rectification(1).rho_t, 1.0);
     assert!((1..=10).all(|t| h.rectification(t).r_where().is_finite()));

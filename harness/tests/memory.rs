@@ -14,12 +14,25 @@ fn radam_steps_trace_once_and_memory_stays_flat() {
 fn radam_thousand_steps_neither_grow_live_bytes_nor_allocate_in_fused_form() {
     let _g = harness::probe::exclusive();
     for (form, make) in reference_steppers() {
-        let run = trace_once_memory_flat(&MemCase { elements: 1000, steps: 1000 }, &*make)
-            .unwrap_or_else(|e| panic!("{form}: {e}"));
+        let run = trace_once_memory_flat(
+            &MemCase {
+                elements: 1000,
+                steps: 1000,
+            },
+            &*make,
+        )
+        .unwrap_or_else(|e| panic!("{form}: {e}"));
         assert_eq!(run.traces, 1, "{form}");
-        assert!(run.live_growth_first <= 0 && run.live_growth_second <= 0, "{form}: {run:?}");
+        assert!(
+            run.live_growth_first <= 0 && run.live_growth_second <= 0,
+            "{form}: {run:?}"
+        );
         if form.starts_with("fused") {
-            assert_eq!((run.allocs_first, run.allocs_second), (0, 0), "{form} allocated: {run:?}");
+            assert_eq!(
+                (run.allocs_first, run.allocs_second),
+                (0, 0),
+                "{form} allocated: {run:?}"
+            );
         }
     }
 }
@@ -37,17 +50,33 @@ fn measure_sees_an_allocation_and_its_release() {
     let _g = harness::probe::exclusive();
     // black_box: LLVM may elide an allocation whose contents are never observed
     let (v, m) = harness::probe::measure(|| std::hint::black_box(vec![0u8; 1 << 20]));
-    assert!(m.peak_above_baseline >= 1 << 20 && m.live_delta >= 1 << 20, "{m:?} {}", v.len());
+    assert!(
+        m.peak_above_baseline >= 1 << 20 && m.live_delta >= 1 << 20,
+        "{m:?} {}",
+        v.len()
+    );
     let (_, m2) = harness::probe::measure(|| drop(std::hint::black_box(v)));
     assert!(m2.live_delta <= -(1 << 20), "{m2:?}");
 }
 
 fn main() {
     let tests: [(&str, fn()); 4] = [
-        ("radam_steps_trace_once_and_memory_stays_flat", radam_steps_trace_once_and_memory_stays_flat),
-        ("radam_thousand_steps_neither_grow_live_bytes_nor_allocate_in_fused_form", radam_thousand_steps_neither_grow_live_bytes_nor_allocate_in_fused_form),
-        ("radam_cond_leak_mutant_is_caught_with_two_steps", radam_cond_leak_mutant_is_caught_with_two_steps),
-        ("measure_sees_an_allocation_and_its_release", measure_sees_an_allocation_and_its_release),
+        (
+            "radam_steps_trace_once_and_memory_stays_flat",
+            radam_steps_trace_once_and_memory_stays_flat,
+        ),
+        (
+            "radam_thousand_steps_neither_grow_live_bytes_nor_allocate_in_fused_form",
+            radam_thousand_steps_neither_grow_live_bytes_nor_allocate_in_fused_form,
+        ),
+        (
+            "radam_cond_leak_mutant_is_caught_with_two_steps",
+            radam_cond_leak_mutant_is_caught_with_two_steps,
+        ),
+        (
+            "measure_sees_an_allocation_and_its_release",
+            measure_sees_an_allocation_and_its_release,
+        ),
     ];
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let (mut passed, mut failed) = (0, 0);

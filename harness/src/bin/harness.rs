@@ -9,7 +9,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "harness", about = "Laws, golden replays, mutants and benchmarks of the dfdx reference implementation")]
+#[command(
+    name = "harness",
+    about = "Laws, golden replays, mutants and benchmarks of the dfdx reference implementation"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -89,12 +92,21 @@ type Outcome = Result<bool, Usage>;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Cmd::Check { law, cases, seed, json } => check(law, cases, seed, json),
+        Cmd::Check {
+            law,
+            cases,
+            seed,
+            json,
+        } => check(law, cases, seed, json),
         Cmd::Golden { paths, json } => golden(paths, json),
         Cmd::Mutants { only, json } => mutants(only, json),
         Cmd::Bench { area, quick, json } => bench(&area, quick, json),
-        Cmd::InitPeaks { .. } => Err(Usage("init-peaks: not implemented in this build (issue 7)".into())),
-        Cmd::TrainCnf { .. } => Err(Usage("train-cnf: not implemented in this build (issue 6)".into())),
+        Cmd::InitPeaks { .. } => Err(Usage(
+            "init-peaks: not implemented in this build (issue 7)".into(),
+        )),
+        Cmd::TrainCnf { .. } => Err(Usage(
+            "train-cnf: not implemented in this build (issue 6)".into(),
+        )),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -120,7 +132,14 @@ fn golden(paths: Vec<PathBuf>, json: Option<PathBuf>) -> Outcome {
         let case = harness::golden::load(f).map_err(|e| Usage(e.to_string()))?;
         cases.push(harness::golden::replay(&case).map_err(|e| Usage(e.to_string()))?);
     }
-    let mut t = Table::new(&["case", "kind", "result", "max_abs_err", "max_rel_err", "detail"]);
+    let mut t = Table::new(&[
+        "case",
+        "kind",
+        "result",
+        "max_abs_err",
+        "max_rel_err",
+        "detail",
+    ]);
     for c in &cases {
         t.row(vec![
             c.name.clone(),
@@ -142,10 +161,18 @@ fn golden(paths: Vec<PathBuf>, json: Option<PathBuf>) -> Outcome {
     Ok(failed == 0 && !cases.is_empty())
 }
 
-fn check(law: Option<String>, cases: Option<u32>, seed: Option<u64>, json: Option<PathBuf>) -> Outcome {
+fn check(
+    law: Option<String>,
+    cases: Option<u32>,
+    seed: Option<u64>,
+    json: Option<PathBuf>,
+) -> Outcome {
     let reports = harness::laws::run_all(law.as_deref(), cases, seed);
     if reports.is_empty() {
-        return Err(Usage(format!("--law {:?}: no law matches", law.unwrap_or_default())));
+        return Err(Usage(format!(
+            "--law {:?}: no law matches",
+            law.unwrap_or_default()
+        )));
     }
     let mut t = Table::new(&["law", "family", "cases", "result", "seconds"]);
     for r in &reports {
@@ -159,7 +186,11 @@ fn check(law: Option<String>, cases: Option<u32>, seed: Option<u64>, json: Optio
     }
     print!("{}", t.render());
     for r in reports.iter().filter(|r| !r.passed) {
-        println!("\n{} failed:\n{}", r.name, r.counterexample.as_deref().unwrap_or(""));
+        println!(
+            "\n{} failed:\n{}",
+            r.name,
+            r.counterexample.as_deref().unwrap_or("")
+        );
     }
     let failed = reports.iter().filter(|r| !r.passed).count();
     println!("{} passed, {} failed", reports.len() - failed, failed);
@@ -170,7 +201,10 @@ fn check(law: Option<String>, cases: Option<u32>, seed: Option<u64>, json: Optio
 fn mutants(only: Option<String>, json: Option<PathBuf>) -> Outcome {
     let reports = harness::mutants::run_all(only.as_deref());
     if reports.is_empty() {
-        return Err(Usage(format!("--only {:?}: no such mutant", only.unwrap_or_default())));
+        return Err(Usage(format!(
+            "--only {:?}: no such mutant",
+            only.unwrap_or_default()
+        )));
     }
     let mut t = Table::new(&["mutant", "incident", "law", "caught", "seconds"]);
     for r in &reports {

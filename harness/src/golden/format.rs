@@ -24,8 +24,11 @@ impl Case {
             file: file.to_string(),
             msg,
         };
-        let doc: Value = serde_json::from_str(text).map_err(|e| err(format!("invalid JSON: {e}")))?;
-        let obj = doc.as_object().ok_or_else(|| err("top level is not an object".into()))?;
+        let doc: Value =
+            serde_json::from_str(text).map_err(|e| err(format!("invalid JSON: {e}")))?;
+        let obj = doc
+            .as_object()
+            .ok_or_else(|| err("top level is not an object".into()))?;
         let s = |k: &str| -> Result<String> {
             obj.get(k)
                 .and_then(Value::as_str)
@@ -103,7 +106,11 @@ pub fn parse_tensor<E: Float>(case: &Case, v: &Value, what: &str) -> Result<Arra
         .iter()
         .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
         .collect::<Option<Vec<usize>>>()
-        .ok_or_else(|| case.err(format!("{what}: shape entries must be non-negative integers")))?;
+        .ok_or_else(|| {
+            case.err(format!(
+                "{what}: shape entries must be non-negative integers"
+            ))
+        })?;
     let data = v
         .get("data")
         .and_then(Value::as_array)
@@ -111,7 +118,11 @@ pub fn parse_tensor<E: Float>(case: &Case, v: &Value, what: &str) -> Result<Arra
         .iter()
         .map(|x| parse_number(x).map(E::of_f64))
         .collect::<Option<Vec<E>>>()
-        .ok_or_else(|| case.err(format!("{what}: data entries must be numbers or \"nan\"/\"inf\"/\"-inf\"")))?;
+        .ok_or_else(|| {
+            case.err(format!(
+                "{what}: data entries must be numbers or \"nan\"/\"inf\"/\"-inf\""
+            ))
+        })?;
     Array::new(shape, data).map_err(|e| case.err(format!("{what}: {e}")))
 }
 

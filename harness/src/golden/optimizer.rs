@@ -27,18 +27,23 @@ impl<'a> Hyper<'a> {
     fn f64(&mut self, key: &'static str, default: Option<f64>) -> Result<f64> {
         self.used.push(key);
         match self.obj.get(key) {
-            None => default.ok_or_else(|| self.case.err(format!("optimizer.hyper.{key} is required"))),
-            Some(v) => super::format::parse_number(v)
-                .ok_or_else(|| self.case.err(format!("optimizer.hyper.{key} must be a number"))),
+            None => {
+                default.ok_or_else(|| self.case.err(format!("optimizer.hyper.{key} is required")))
+            }
+            Some(v) => super::format::parse_number(v).ok_or_else(|| {
+                self.case
+                    .err(format!("optimizer.hyper.{key} must be a number"))
+            }),
         }
     }
     fn bool(&mut self, key: &'static str, default: bool) -> Result<bool> {
         self.used.push(key);
         match self.obj.get(key) {
             None => Ok(default),
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| self.case.err(format!("optimizer.hyper.{key} must be a boolean"))),
+            Some(v) => v.as_bool().ok_or_else(|| {
+                self.case
+                    .err(format!("optimizer.hyper.{key} must be a boolean"))
+            }),
         }
     }
     fn finish(self) -> Result<()> {

@@ -166,8 +166,10 @@ where
 pub fn sample<S: Strategy>(strategy: S, seed: u64) -> S::Value {
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner =
-        TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    );
     strategy.new_tree(&mut runner).expect("strategy").current()
 }
 

@@ -54,7 +54,13 @@ fn where_matches_branch_e<E: Float>(case: &OptCase) -> Result<(), String> {
     let (mut sw, mut sb) = match (w.init(&params), b.init(&params)) {
         (Ok(sw), Ok(sb)) => (sw, sb),
         (Err(_), Err(_)) => return Ok(()), // rejected for this dtype by both forms: a typed error
-        (a, b) => return Err(format!("init disagrees: Where {:?}, Branch {:?}", a.err(), b.err())),
+        (a, b) => {
+            return Err(format!(
+                "init disagrees: Where {:?}, Branch {:?}",
+                a.err(),
+                b.err()
+            ))
+        }
     };
     for (t, g) in case.grads.iter().enumerate() {
         let g = leaf::<E>(g);
@@ -110,8 +116,15 @@ pub fn finiteness_domain(case: &OptCase) -> bool {
         && h.well_posed()
         && (h.moments.eps > 0.0 || h.moments.eps_root > 0.0)
         && case.learning_rate.abs() <= 1.0
-        && case.params.iter().all(|x| x.is_finite() && x.abs() <= FINITE_GRAD_BOUND)
-        && case.grads.iter().flatten().all(|g| g.abs() <= FINITE_GRAD_BOUND)
+        && case
+            .params
+            .iter()
+            .all(|x| x.is_finite() && x.abs() <= FINITE_GRAD_BOUND)
+        && case
+            .grads
+            .iter()
+            .flatten()
+            .all(|g| g.abs() <= FINITE_GRAD_BOUND)
 }
 
 /// Both branches are finite at every step for finite inputs, and so is the update.
@@ -123,7 +136,10 @@ pub fn branches_finite<S: BranchSubject>(case: &OptCase, subject: &S) -> Result<
     }
 }
 
-fn branches_finite_e<E: Float, S: BranchSubject>(case: &OptCase, subject: &S) -> Result<(), String> {
+fn branches_finite_e<E: Float, S: BranchSubject>(
+    case: &OptCase,
+    subject: &S,
+) -> Result<(), String> {
     if !finiteness_domain(case) {
         return Ok(());
     }
@@ -137,16 +153,26 @@ fn branches_finite_e<E: Float, S: BranchSubject>(case: &OptCase, subject: &S) ->
         let br = subject.branches(&opt, &g, &state, &params).map_err(err)?;
         let rho = br.rectification.rho_t;
         for (name, tree) in [("momentum", &br.momentum), ("rectified", &br.rectified)] {
-            if let Some(x) = tree.get("w").and_then(|a| a.data().iter().find(|x| !x.is_finite())) {
+            if let Some(x) = tree
+                .get("w")
+                .and_then(|a| a.data().iter().find(|x| !x.is_finite()))
+            {
                 return Err(format!(
                     "step {}: the {name} branch is {x:?} (rho_t = {rho:.4}, selected: {})",
                     t + 1,
-                    if br.rectification.rectified { "rectified" } else { "momentum" }
+                    if br.rectification.rectified {
+                        "rectified"
+                    } else {
+                        "momentum"
+                    }
                 ));
             }
         }
         let (u, next) = opt.update(&g, &state, &params).map_err(err)?;
-        if let Some(x) = u.get("w").and_then(|a| a.data().iter().find(|x| !x.is_finite())) {
+        if let Some(x) = u
+            .get("w")
+            .and_then(|a| a.data().iter().find(|x| !x.is_finite()))
+        {
             return Err(format!("step {}: update is {x:?}", t + 1));
         }
         state = next;
@@ -172,7 +198,9 @@ pub fn follows_schedule(case: &OptCase) -> Result<(), String> {
     let (b1, n) = (h.moments.b1, case.params.len());
     for (t0, g) in case.grads.iter().enumerate() {
         let t = t0 as i32 + 1;
-        let (u, next) = radam.update(&leaf::<f64>(g), &state, &params).map_err(err)?;
+        let (u, next) = radam
+            .update(&leaf::<f64>(g), &state, &params)
+            .map_err(err)?;
         let u = u.get("w").expect("leaf").data().to_vec();
         let rect = h.rectification(t);
         if rect.rectified {
@@ -198,7 +226,10 @@ pub fn follows_schedule(case: &OptCase) -> Result<(), String> {
                 } else {
                     m / (1.0 - b1.powi(t))
                 };
-                let scale = case.grads[..=t0].iter().map(|g| g[i].abs()).fold(0.0, f64::max);
+                let scale = case.grads[..=t0]
+                    .iter()
+                    .map(|g| g[i].abs())
+                    .fold(0.0, f64::max);
                 if (got - want).abs() > tol.atol + tol.rtol * scale.max(want.abs()) * (t as f64) {
                     return Err(format!(
                         "step {t} (un-rectified, rho_t = {:.4}): update[{i}] = {got:e}, bias-corrected momentum = {want:e}",
@@ -226,18 +257,29 @@ fn fused_matches_composed_e<E: Float>(case: &OptCase) -> Result<(), String> {
     let lr = case.learning_rate;
     // Constructors validate ranges; the fused constructor also validates for the dtype, so it may
     // reject what the composed constructor accepts (the composed init then rejects it too).
-    if let (Ok(c), Ok(f)) = (optim::adam(lr, case.hyper.moments), FusedMoments::adam(lr, case.hyper.moments, &p0)) {
+    if let (Ok(c), Ok(f)) = (
+        optim::adam(lr, case.hyper.moments),
+        FusedMoments::adam(lr, case.hyper.moments, &p0),
+    ) {
         compare_fused("adam", case, c, f)?;
     }
     for s in [Selection::Where, Selection::Branch] {
-        if let (Ok(c), Ok(f)) = (optim::radam(lr, case.hyper, s), FusedMoments::radam(lr, case.hyper, s, &p0)) {
+        if let (Ok(c), Ok(f)) = (
+            optim::radam(lr, case.hyper, s),
+            FusedMoments::radam(lr, case.hyper, s, &p0),
+        ) {
             compare_fused(&format!("radam {s:?}"), case, c, f)?;
         }
     }
     Ok(())
 }
 
-fn compare_fused<E: Float, T>(name: &str, case: &OptCase, composed: T, mut fused: FusedMoments<E>) -> Result<(), String>
+fn compare_fused<E: Float, T>(
+    name: &str,
+    case: &OptCase,
+    composed: T,
+    mut fused: FusedMoments<E>,
+) -> Result<(), String>
 where
     T: Transform<E, State = optim::ChainState<MomentState<E::Acc>, optim::NoState>>,
 {
@@ -275,10 +317,15 @@ fn state_signature_fixed_e<E: Float>(case: &OptCase) -> Result<(), String> {
         let sig0 = state.signature();
         let mut jit = Jit::new(opt).with_max_traces(1);
         for (t, g) in case.grads.iter().enumerate() {
-            let (_, next) = jit.update(&leaf::<E>(g), &state, &params).map_err(|e| format!("{name}: {e}"))?;
+            let (_, next) = jit
+                .update(&leaf::<E>(g), &state, &params)
+                .map_err(|e| format!("{name}: {e}"))?;
             let d = sig0.diff(&next.signature());
             if !d.is_empty() {
-                return Err(format!("{name} step {}: state signature changed: {d}", t + 1));
+                return Err(format!(
+                    "{name} step {}: state signature changed: {d}",
+                    t + 1
+                ));
             }
             state = next;
         }
@@ -322,7 +369,10 @@ pub struct JitStepper<T: Transform<f32>> {
 impl<T: Transform<f32>> JitStepper<T> {
     pub fn new(transform: T, params: &Tree<f32>) -> Result<Self> {
         let state = transform.init(params)?;
-        Ok(Self { jit: Jit::new(transform), state })
+        Ok(Self {
+            jit: Jit::new(transform),
+            state,
+        })
     }
 }
 
@@ -358,11 +408,18 @@ pub struct MemRun {
 /// Build the stepper under test for a parameter tree.
 pub type MakeStepper<'a> = &'a dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>;
 
+/// An owned stepper factory.
+pub type StepperFactory = Box<dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>>;
+
 /// After two warm-up steps, two windows of `steps` steps each: live bytes do not grow in either,
 /// the allocation count of the second window equals the first's, and the whole run traced once.
 pub fn trace_once_memory_flat(case: &MemCase, make: MakeStepper) -> Result<MemRun, String> {
     let mut params = leaf::<f32>(&vec![0.5; case.elements]);
-    let grads = leaf::<f32>(&(0..case.elements).map(|i| (i as f64 * 0.37).sin()).collect::<Vec<_>>());
+    let grads = leaf::<f32>(
+        &(0..case.elements)
+            .map(|i| (i as f64 * 0.37).sin())
+            .collect::<Vec<_>>(),
+    );
     let mut opt = make(&params).map_err(err)?;
     for _ in 0..2 {
         opt.step(&mut params, &grads).map_err(err)?;
@@ -401,23 +458,52 @@ pub fn trace_once_memory_flat(case: &MemCase, make: MakeStepper) -> Result<MemRu
 }
 
 fn mem_case() -> impl Strategy<Value = MemCase> {
-    (1usize..64, prop_oneof![Just(2usize), Just(10), 2usize..200]).prop_map(|(elements, steps)| MemCase { elements, steps })
+    (1usize..64, prop_oneof![Just(2usize), Just(10), 2usize..200])
+        .prop_map(|(elements, steps)| MemCase { elements, steps })
 }
 
 /// Run the memory law over random sizes with a given stepper factory.
 pub fn run_memory_law(name: &str, cases: u32, seed: u64, make: MakeStepper) -> Result<(), String> {
-    check_property(name, cases, seed, mem_case(), |c| trace_once_memory_flat(c, make).map(|_| ()))
+    check_property(name, cases, seed, mem_case(), |c| {
+        trace_once_memory_flat(c, make).map(|_| ())
+    })
 }
 
 /// The reference steppers the memory law covers: composed Branch and Where under `Jit`, fused.
-pub fn reference_steppers() -> Vec<(&'static str, Box<dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>>)> {
+pub fn reference_steppers() -> Vec<(&'static str, StepperFactory)> {
     let lr = 1e-3;
     let h = RadamHyper::default();
     vec![
-        ("composed-branch", Box::new(move |p: &Tree<f32>| Ok(Box::new(JitStepper::new(optim::radam(lr, h, Selection::Branch)?, p)?) as Box<dyn Stepper>))),
-        ("composed-where", Box::new(move |p: &Tree<f32>| Ok(Box::new(JitStepper::new(optim::radam(lr, h, Selection::Where)?, p)?) as Box<dyn Stepper>))),
-        ("fused-branch", Box::new(move |p: &Tree<f32>| Ok(Box::new(FusedMoments::radam(lr, h, Selection::Branch, p)?) as Box<dyn Stepper>))),
-        ("fused-where", Box::new(move |p: &Tree<f32>| Ok(Box::new(FusedMoments::radam(lr, h, Selection::Where, p)?) as Box<dyn Stepper>))),
+        (
+            "composed-branch",
+            Box::new(move |p: &Tree<f32>| {
+                Ok(
+                    Box::new(JitStepper::new(optim::radam(lr, h, Selection::Branch)?, p)?)
+                        as Box<dyn Stepper>,
+                )
+            }),
+        ),
+        (
+            "composed-where",
+            Box::new(move |p: &Tree<f32>| {
+                Ok(
+                    Box::new(JitStepper::new(optim::radam(lr, h, Selection::Where)?, p)?)
+                        as Box<dyn Stepper>,
+                )
+            }),
+        ),
+        (
+            "fused-branch",
+            Box::new(move |p: &Tree<f32>| {
+                Ok(Box::new(FusedMoments::radam(lr, h, Selection::Branch, p)?) as Box<dyn Stepper>)
+            }),
+        ),
+        (
+            "fused-where",
+            Box::new(move |p: &Tree<f32>| {
+                Ok(Box::new(FusedMoments::radam(lr, h, Selection::Where, p)?) as Box<dyn Stepper>)
+            }),
+        ),
     ]
 }
 
@@ -452,10 +538,19 @@ pub(crate) fn laws() -> Vec<Law> {
         Law {
             name: "radam_where_matches_branch_bitwise",
             family: Family::CondVsWhere,
-            summary: "Where and Branch give bit-identical updates and states at every step, every b2",
+            summary:
+                "Where and Branch give bit-identical updates and states at every step, every b2",
             default_cases: 256,
             measures_memory: false,
-            run: |c, s| check_property("radam_where_matches_branch_bitwise", c, s, opt_case(12), where_matches_branch_bitwise),
+            run: |c, s| {
+                check_property(
+                    "radam_where_matches_branch_bitwise",
+                    c,
+                    s,
+                    opt_case(12),
+                    where_matches_branch_bitwise,
+                )
+            },
         },
         Law {
             name: "radam_branches_finite",
@@ -463,7 +558,11 @@ pub(crate) fn laws() -> Vec<Law> {
             summary: "both branches (and the update) are finite for finite inputs",
             default_cases: 256,
             measures_memory: false,
-            run: |c, s| check_property("radam_branches_finite", c, s, opt_case(12), |x| branches_finite(x, &Reference)),
+            run: |c, s| {
+                check_property("radam_branches_finite", c, s, opt_case(12), |x| {
+                    branches_finite(x, &Reference)
+                })
+            },
         },
         Law {
             name: "radam_follows_schedule",
@@ -471,15 +570,32 @@ pub(crate) fn laws() -> Vec<Law> {
             summary: "momentum while rho_t < threshold, Adam x r_t afterwards (f64 closed form)",
             default_cases: 256,
             measures_memory: false,
-            run: |c, s| check_property("radam_follows_schedule", c, s, opt_case(16), follows_schedule),
+            run: |c, s| {
+                check_property(
+                    "radam_follows_schedule",
+                    c,
+                    s,
+                    opt_case(16),
+                    follows_schedule,
+                )
+            },
         },
         Law {
             name: "fused_matches_composed_bitwise",
             family: Family::Numerics,
-            summary: "fused in-place Adam/RAdam equal the composed dfdx forms bit for bit, f16/f32/f64",
+            summary:
+                "fused in-place Adam/RAdam equal the composed dfdx forms bit for bit, f16/f32/f64",
             default_cases: 128,
             measures_memory: false,
-            run: |c, s| check_property("fused_matches_composed_bitwise", c, s, opt_case(10), fused_matches_composed),
+            run: |c, s| {
+                check_property(
+                    "fused_matches_composed_bitwise",
+                    c,
+                    s,
+                    opt_case(10),
+                    fused_matches_composed,
+                )
+            },
         },
         Law {
             name: "moment_state_signature_fixed",
@@ -487,17 +603,31 @@ pub(crate) fn laws() -> Vec<Law> {
             summary: "init and every update have one state signature; a jitted loop traces once",
             default_cases: 128,
             measures_memory: false,
-            run: |c, s| check_property("moment_state_signature_fixed", c, s, opt_case(10), state_signature_fixed),
+            run: |c, s| {
+                check_property(
+                    "moment_state_signature_fixed",
+                    c,
+                    s,
+                    opt_case(10),
+                    state_signature_fixed,
+                )
+            },
         },
         Law {
             name: "radam_steps_trace_once_memory_flat",
             family: Family::TraceCount,
-            summary: "N steps trace once; live bytes and allocations per step do not grow (every form)",
+            summary:
+                "N steps trace once; live bytes and allocations per step do not grow (every form)",
             default_cases: 8,
             measures_memory: true,
             run: |c, s| {
                 for (form, make) in reference_steppers() {
-                    run_memory_law(&format!("radam_steps_trace_once_memory_flat ({form})"), c, s, &*make)?;
+                    run_memory_law(
+                        &format!("radam_steps_trace_once_memory_flat ({form})"),
+                        c,
+                        s,
+                        &*make,
+                    )?;
                 }
                 Ok(())
             },

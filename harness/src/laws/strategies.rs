@@ -62,14 +62,25 @@ pub fn radam_hyper() -> impl Strategy<Value = RadamHyper> {
         prop_oneof![3 => Just(5.0), 1 => Just(4.0), 1 => 0.0f64..30.0],
     )
         .prop_map(|(b1, b2, eps, eps_root, nesterov, threshold)| RadamHyper {
-            moments: AdamHyper { b1, b2, eps, eps_root, nesterov },
+            moments: AdamHyper {
+                b1,
+                b2,
+                eps,
+                eps_root,
+                nesterov,
+            },
             threshold,
         })
 }
 
 /// A whole case: up to `max_steps` steps over a leaf of up to 6 elements (0 included).
 pub fn opt_case(max_steps: usize) -> impl Strategy<Value = OptCase> {
-    (radam_hyper(), 0usize..6, 1usize..=max_steps, prop_oneof![Just(DType::F64), Just(DType::F32), Just(DType::F16)])
+    (
+        radam_hyper(),
+        0usize..6,
+        1usize..=max_steps,
+        prop_oneof![Just(DType::F64), Just(DType::F32), Just(DType::F16)],
+    )
         .prop_flat_map(|(hyper, n, steps, dtype)| {
             (
                 Just(hyper),

@@ -50,7 +50,11 @@ pub fn mutant() -> Mutant {
             let make = |p: &Tree<f32>| -> Result<Box<dyn Stepper>> {
                 let opt = optim::radam(1e-3, Default::default(), Selection::Branch)?;
                 let state = opt.init(p)?;
-                Ok(Box::new(CondLeak { opt, state, stage: Stage::new("radam_cond") }))
+                Ok(Box::new(CondLeak {
+                    opt,
+                    state,
+                    stage: Stage::new("radam_cond"),
+                }))
             };
             let _ = leaf::<f32>;
             run_memory_law("radam_steps_trace_once_memory_flat", 8, DEFAULT_SEED, &make)

@@ -33,9 +33,13 @@ pub fn mutant() -> Mutant {
         incident: "optax #974 (jnp.where without sanitising)",
         law: "radam_branches_finite",
         run: || {
-            check_property("radam_branches_finite", 256, DEFAULT_SEED, opt_case(12), |c| {
-                branches_finite(c, &UnsafeWhere)
-            })
+            check_property(
+                "radam_branches_finite",
+                256,
+                DEFAULT_SEED,
+                opt_case(12),
+                |c| branches_finite(c, &UnsafeWhere),
+            )
         },
     }
 }

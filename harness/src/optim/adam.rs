@@ -97,14 +97,8 @@ pub(crate) fn composed_update<E: Float>(
     let (mut out, mut mu, mut nu) = (Tree::new(), Tree::new(), Tree::new());
     for (name, g) in grads.iter() {
         let g_acc = g.map(|x| x.to_acc());
-        let (m, v, m_hat, v_hat) = composed_moments(
-            &dev,
-            &c,
-            &s,
-            &g_acc,
-            &state.mu.0[name],
-            &state.nu.0[name],
-        );
+        let (m, v, m_hat, v_hat) =
+            composed_moments(&dev, &c, &s, &g_acc, &state.mu.0[name], &state.nu.0[name]);
         let shape = g.shape();
         let o = leaf_out(&c, m_hat, v_hat).to_array(shape)?;
         out.0.insert(name.clone(), o.map(E::from_acc));
@@ -131,9 +125,10 @@ impl<E: Float> Transform<E> for ScaleByAdam {
         state: &Self::State,
         params: &Tree<E>,
     ) -> Result<(Tree<E>, Self::State)> {
-        let (out, state, _) = composed_update(&self.hyper, grads, state, params, |c, m_hat, v_hat| {
-            m_hat / composed_denominator(c, v_hat)
-        })?;
+        let (out, state, _) =
+            composed_update(&self.hyper, grads, state, params, |c, m_hat, v_hat| {
+                m_hat / composed_denominator(c, v_hat)
+            })?;
         Ok((out, state))
     }
 }

@@ -49,7 +49,10 @@ pub const CHUNK: usize = 1 << 16;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MomentRule {
     Adam,
-    Radam { threshold: f64, selection: Selection },
+    Radam {
+        threshold: f64,
+        selection: Selection,
+    },
 }
 
 /// What a trace builds: constants converted to the arithmetic dtype.
@@ -67,7 +70,10 @@ enum Out<A> {
     Rectified(A),
     Momentum,
     /// Both branches computed, `selected` picks the rectified one.
-    Where { r: A, selected: bool },
+    Where {
+        r: A,
+        selected: bool,
+    },
 }
 
 /// Fused Adam/RAdam owning its state.
@@ -98,10 +104,20 @@ impl<E: Float> FusedMoments<E> {
         };
         Self::new(rule, learning_rate, hyper.moments, params)
     }
-    fn new(rule: MomentRule, learning_rate: f64, hyper: AdamHyper, params: &Tree<E>) -> Result<Self> {
+    fn new(
+        rule: MomentRule,
+        learning_rate: f64,
+        hyper: AdamHyper,
+        params: &Tree<E>,
+    ) -> Result<Self> {
         hyper.validate()?;
         hyper.validate_for::<E::Acc>()?;
-        ensure(learning_rate.is_finite(), "learning_rate", learning_rate, "must be finite")?;
+        ensure(
+            learning_rate.is_finite(),
+            "learning_rate",
+            learning_rate,
+            "must be finite",
+        )?;
         Ok(Self {
             rule,
             hyper,
@@ -121,7 +137,10 @@ impl<E: Float> FusedMoments<E> {
         let h = self.hyper.hash_into(KeyHasher::default().val("fused"));
         let h = match self.rule {
             MomentRule::Adam => h.val(0u8),
-            MomentRule::Radam { threshold, selection } => h.val(1u8).f64(threshold).val(selection),
+            MomentRule::Radam {
+                threshold,
+                selection,
+            } => h.val(1u8).f64(threshold).val(selection),
         };
         h.f64(self.learning_rate).finish()
     }
@@ -141,8 +160,15 @@ impl<E: Float> FusedMoments<E> {
         let s = self.hyper.scalars::<E::Acc>(t);
         let out = match self.rule {
             MomentRule::Adam => Out::Adam,
-            MomentRule::Radam { threshold, selection } => {
-                let rect = RadamHyper { moments: self.hyper, threshold }.rectification(t);
+            MomentRule::Radam {
+                threshold,
+                selection,
+            } => {
+                let rect = RadamHyper {
+                    moments: self.hyper,
+                    threshold,
+                }
+                .rectification(t);
                 match selection {
                     Selection::Branch if rect.rectified => Out::Rectified(E::Acc::of_f64(rect.r)),
                     Selection::Branch => Out::Momentum,

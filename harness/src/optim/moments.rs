@@ -38,8 +38,18 @@ impl Default for AdamHyper {
 impl AdamHyper {
     /// Check every range: `b1, b2` in [0, 1), `eps, eps_root` finite and >= 0.
     pub fn validate(&self) -> Result<()> {
-        ensure((0.0..1.0).contains(&self.b1), "b1", self.b1, "must be in [0, 1)")?;
-        ensure((0.0..1.0).contains(&self.b2), "b2", self.b2, "must be in [0, 1)")?;
+        ensure(
+            (0.0..1.0).contains(&self.b1),
+            "b1",
+            self.b1,
+            "must be in [0, 1)",
+        )?;
+        ensure(
+            (0.0..1.0).contains(&self.b2),
+            "b2",
+            self.b2,
+            "must be in [0, 1)",
+        )?;
         ensure(
             self.eps.is_finite() && self.eps >= 0.0,
             "eps",

@@ -190,11 +190,17 @@ impl ScaleByRadam {
             .rectification(super::moments::safe_increment(state.count));
         let r = E::Acc::of_f64(r(&rect));
         let both = std::cell::RefCell::new(Vec::new());
-        composed_update(&self.hyper.moments, grads, state, params, |c, m_hat, v_hat| {
-            let rectified = (m_hat.clone() * r) / composed_denominator(c, v_hat);
-            both.borrow_mut().push((m_hat.clone(), rectified));
-            m_hat
-        })?;
+        composed_update(
+            &self.hyper.moments,
+            grads,
+            state,
+            params,
+            |c, m_hat, v_hat| {
+                let rectified = (m_hat.clone() * r) / composed_denominator(c, v_hat);
+                both.borrow_mut().push((m_hat.clone(), rectified));
+                m_hat
+            },
+        )?;
         let (mut momentum, mut rectified) = (Tree::new(), Tree::new());
         for ((name, g), (m, rc)) in grads.iter().zip(both.into_inner()) {
             momentum.0.insert(name.clone(), m.to_array(g.shape())?);
@@ -262,11 +268,22 @@ impl<E: Float> Transform<E> for ScaleByRadam {
         let rect = self
             .hyper
             .rectification(super::moments::safe_increment(state.count));
-        let (out, state, _) =
-            composed_update(&self.hyper.moments, grads, state, params, |c, m_hat, v_hat| {
+        let (out, state, _) = composed_update(
+            &self.hyper.moments,
+            grads,
+            state,
+            params,
+            |c, m_hat, v_hat| {
                 let n = m_hat.len();
-                select(self.selection, &rect, m_hat, composed_denominator(c, v_hat), n)
-            })?;
+                select(
+                    self.selection,
+                    &rect,
+                    m_hat,
+                    composed_denominator(c, v_hat),
+                    n,
+                )
+            },
+        )?;
         Ok((out, state))
     }
 }

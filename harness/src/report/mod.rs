@@ -29,12 +29,23 @@ impl Table {
         }
         let line = |r: &Vec<String>| {
             let cells: Vec<String> = (0..n)
-                .map(|i| format!("{:<width$}", r.get(i).map(String::as_str).unwrap_or(""), width = w[i]))
+                .map(|i| {
+                    format!(
+                        "{:<width$}",
+                        r.get(i).map(String::as_str).unwrap_or(""),
+                        width = w[i]
+                    )
+                })
                 .collect();
             cells.join("  ").trim_end().to_string()
         };
         let mut out = line(&self.header) + "\n";
-        out += &(w.iter().map(|&k| "-".repeat(k)).collect::<Vec<_>>().join("  ") + "\n");
+        out += &(w
+            .iter()
+            .map(|&k| "-".repeat(k))
+            .collect::<Vec<_>>()
+            .join("  ")
+            + "\n");
         for r in &self.rows {
             out += &(line(r) + "\n");
         }

@@ -183,7 +183,14 @@ mod tests {
 
     fn sig(weak: bool) -> Signature {
         let mut s = Signature::new();
-        s.push("info.num_linesearch_steps", LeafSig { shape: vec![], dtype: DType::I32, weak });
+        s.push(
+            "info.num_linesearch_steps",
+            LeafSig {
+                shape: vec![],
+                dtype: DType::I32,
+                weak,
+            },
+        );
         s
     }
 
@@ -200,7 +207,10 @@ mod tests {
     fn max_traces_error_names_the_changed_leaf() {
         let mut st: Stage<()> = Stage::new("update").with_max_traces(1);
         st.call_sig(7, sig(true), |_| Ok(())).unwrap();
-        let err = st.call_sig(7, sig(false), |_| Ok(())).unwrap_err().to_string();
+        let err = st
+            .call_sig(7, sig(false), |_| Ok(()))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("leaf `info.num_linesearch_steps`: weak int32[] -> int32[]"),
             "{err}"
@@ -212,6 +222,9 @@ mod tests {
         let mut st: Stage<()> = Stage::new("g");
         st.call_sig(1, sig(false), |_| Ok(())).unwrap();
         st.call_sig(2, sig(false), |_| Ok(())).unwrap();
-        assert!(matches!(st.log()[1].reason, TraceReason::NewStatic { key: 2 }));
+        assert!(matches!(
+            st.log()[1].reason,
+            TraceReason::NewStatic { key: 2 }
+        ));
     }
 }

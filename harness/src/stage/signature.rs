@@ -124,7 +124,11 @@ impl Signature {
 
 impl std::fmt::Display for Signature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let parts: Vec<String> = self.leaves.iter().map(|(p, l)| format!("{p}: {l}")).collect();
+        let parts: Vec<String> = self
+            .leaves
+            .iter()
+            .map(|(p, l)| format!("{p}: {l}"))
+            .collect();
         write!(f, "{{{}}}", parts.join(", "))
     }
 }

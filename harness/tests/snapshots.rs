@@ -1,0 +1,120 @@
+//! Reviewed numerics (`cargo insta review`; CI never writes snapshots): the RAdam branch
+//! schedule for several b2, the first 12 updates of a fixed problem per optimizer and dtype
+//! (rounded to 6 significant digits), and the state signatures.
+
+use harness::backend::{Array, Float};
+use harness::optim::{self, AdamHyper, RadamHyper, Selection, Transform};
+use harness::stage::HasSignature;
+use harness::tree::{apply_updates, Tree};
+
+/// Round to 6 significant digits so snapshots survive last-bit changes but not real ones.
+fn r6(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let s = 10f64.powi(5 - x.abs().log10().floor() as i32);
+    (x * s).round() / s
+}
+
+#[derive(serde::Serialize)]
+struct ScheduleRow {
+    b2: f64,
+    rho_inf: f64,
+    rectified_steps: Vec<i32>,
+    raw_rectifier_nan_steps: Vec<i32>,
+    r_t: Vec<f64>,
+}
+
+#[test]
+fn radam_branch_schedule_for_several_b2() {
+    let rows: Vec<ScheduleRow> = [0.5, 0.7, 0.9, 0.99, 0.999]
+        .into_iter()
+        .map(|b2| {
+            let h = RadamHyper {
+                moments: AdamHyper {
+                    b2,
+                    ..Default::default()
+                },
+                threshold: 5.0,
+            };
+            let steps = 1..=12;
+            ScheduleRow {
+                b2,
+                rho_inf: r6(h.rho_inf()),
+                rectified_steps: steps
+                    .clone()
+                    .filter(|&t| h.rectification(t).rectified)
+                    .collect(),
+                raw_rectifier_nan_steps: steps
+                    .clone()
+                    .filter(|&t| h.rectification(t).r.is_nan())
+                    .collect(),
+                r_t: steps.map(|t| r6(h.rectification(t).r_where())).collect(),
+            }
+        })
+        .collect();
+    insta::assert_json_snapshot!(rows);
+}
+
+/// The fixed problem: params `w = [0.5, -1, 2]`, gradient at step k `g_i = sin(1.3 k + i)`.
+fn first_updates<E: Float, T: Transform<E>>(opt: T) -> Vec<Vec<f64>> {
+    let mut p = Tree::from_leaves([(
+        "w".to_string(),
+        Array::vector([0.5, -1.0, 2.0].map(E::of_f64).to_vec()),
+    )])
+    .unwrap();
+    let mut s = opt.init(&p).unwrap();
+    (1..=12)
+        .map(|k| {
+            let g = p.map(|a| {
+                Array::vector(
+                    (0..a.len())
+                        .map(|i| E::of_f64((1.3 * k as f64 + i as f64).sin()))
+                        .collect(),
+                )
+            });
+            let (u, ns) = opt.update(&g, &s, &p).unwrap();
+            p = apply_updates(&p, &u).unwrap();
+            s = ns;
+            u.get("w")
+                .unwrap()
+                .data()
+                .iter()
+                .map(|x| r6(x.as_f64()))
+                .collect()
+        })
+        .collect()
+}
+
+macro_rules! updates_snapshot {
+    ($name:ident, $e:ty) => {
+        #[test]
+        fn $name() {
+            let adam = first_updates::<$e, _>(optim::adam(1e-2, AdamHyper::default()).unwrap());
+            let radam = first_updates::<$e, _>(optim::radam(1e-2, RadamHyper::default(), Selection::Where).unwrap());
+            insta::assert_json_snapshot!(serde_json::json!({"adam": adam, "radam": radam}));
+        }
+    };
+}
+updates_snapshot!(first_12_updates_f16, half::f16);
+updates_snapshot!(first_12_updates_f32, f32);
+updates_snapshot!(first_12_updates_f64, f64);
+
+#[test]
+fn optimizer_state_signatures() {
+    let p = Tree::from_leaves([
+        ("b".to_string(), Array::vector(vec![half::f16::ZERO; 4])),
+        (
+            "w".to_string(),
+            Array::new(vec![2, 3], vec![half::f16::ZERO; 6]).unwrap(),
+        ),
+    ])
+    .unwrap();
+    let adam = optim::adam(1e-3, AdamHyper::default()).unwrap();
+    let radam = optim::radam(1e-3, RadamHyper::default(), Selection::Where).unwrap();
+    insta::assert_snapshot!(format!(
+        "adam f16: {}\nradam f16: {}",
+        adam.init(&p).unwrap().signature(),
+        radam.init(&p).unwrap().signature()
+    ));
+}

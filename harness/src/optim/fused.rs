@@ -35,7 +35,7 @@
 use super::moments::{check_inputs, safe_increment, AdamHyper, MomentConsts, MomentScalars};
 use super::radam::{RadamHyper, Selection};
 use super::MomentState;
-use crate::backend::{Float, Real};
+use crate::backend::Float;
 use crate::error::ensure;
 use crate::stage::{KeyHasher, Stage};
 use crate::tree::Tree;
@@ -202,6 +202,8 @@ impl<E: Float> FusedMoments<E> {
     }
 }
 
+/// Dispatch once per leaf chunk to a loop specialised for (nesterov, output rule), so the
+/// element loop has no branches and vectorises.
 #[inline(always)]
 fn kernel<E: Float>(
     plan: &Plan<E::Acc>,
@@ -212,6 +214,42 @@ fn kernel<E: Float>(
     m: &mut [E::Acc],
     v: &mut [E::Acc],
 ) {
+    let c = plan.c;
+    let denom = move |v_hat: E::Acc| num_traits::Float::sqrt(v_hat + c.eps_root) + c.eps;
+    macro_rules! go {
+        ($f:expr) => {
+            if c.nesterov {
+                elementwise::<E, true>(plan, s, p, g, m, v, $f)
+            } else {
+                elementwise::<E, false>(plan, s, p, g, m, v, $f)
+            }
+        };
+    }
+    match out {
+        Out::Adam => go!(|m_hat, v_hat| m_hat / denom(v_hat)),
+        Out::Rectified(r) => go!(|m_hat, v_hat| (m_hat * r) / denom(v_hat)),
+        Out::Momentum => go!(|m_hat, _| m_hat),
+        Out::Where { r, selected } => go!(|m_hat, v_hat| {
+            let rectified = (m_hat * r) / denom(v_hat);
+            if selected {
+                rectified
+            } else {
+                m_hat
+            }
+        }),
+    }
+}
+
+#[inline(always)]
+fn elementwise<E: Float, const NESTEROV: bool>(
+    plan: &Plan<E::Acc>,
+    s: &MomentScalars<E::Acc>,
+    p: &mut [E],
+    g: &[E],
+    m: &mut [E::Acc],
+    v: &mut [E::Acc],
+    out: impl Fn(E::Acc, E::Acc) -> E::Acc,
+) {
     let c = &plan.c;
     let n = p.len().min(g.len()).min(m.len()).min(v.len());
     let (p, g, m, v) = (&mut p[..n], &g[..n], &mut m[..n], &mut v[..n]);
@@ -221,31 +259,13 @@ fn kernel<E: Float>(
         let vi = (gi * gi) * c.one_minus_b2 + v[i] * c.b2;
         m[i] = mi;
         v[i] = vi;
-        let m_hat = if c.nesterov {
+        let m_hat = if NESTEROV {
             (mi / s.bc1_next) * c.b1 + (gi / s.bc1) * c.one_minus_b1
         } else {
             mi / s.bc1
         };
-        let o = select_out(out, c, m_hat, vi / s.bc2);
+        let o = out(m_hat, vi / s.bc2);
         let u = E::from_acc(E::from_acc(o).to_acc() * plan.neg_lr);
         p[i] = E::from_acc(p[i].to_acc() + u.to_acc());
-    }
-}
-
-#[inline(always)]
-fn select_out<A: Real>(out: Out<A>, c: &MomentConsts<A>, m_hat: A, v_hat: A) -> A {
-    let denom = || num_traits::Float::sqrt(v_hat + c.eps_root) + c.eps;
-    match out {
-        Out::Adam => m_hat / denom(),
-        Out::Rectified(r) => (m_hat * r) / denom(),
-        Out::Momentum => m_hat,
-        Out::Where { r, selected } => {
-            let rectified = (m_hat * r) / denom();
-            if selected {
-                rectified
-            } else {
-                m_hat
-            }
-        }
     }
 }

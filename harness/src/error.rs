@@ -43,6 +43,13 @@ pub enum Error {
     /// A golden-v1 file could not be read or does not follow the format.
     #[error("golden case {file}: {msg}")]
     Golden { file: String, msg: String },
+    /// An ODE solve used `max_steps` steps (accepted + rejected) without reaching its end time.
+    #[error("ODE solve reached max_steps = {max_steps} at t = {t} before the end time {t_end}")]
+    MaxStepsExceeded {
+        max_steps: usize,
+        t: f64,
+        t_end: f64,
+    },
     /// A feature of the format or CLI that this build does not implement yet.
     #[error("not implemented: {0}")]
     NotImplemented(String),

@@ -71,6 +71,15 @@ impl Comparator {
             self.array(&format!("{what}.{k}"), g, w);
         }
     }
+    /// A whole field checked elsewhere (e.g. by the ODE replay), folded into this case's result.
+    pub fn field(&mut self, passed: bool, max_abs: f64, max_rel: f64, failure: Option<String>) {
+        self.compared += 1;
+        self.max_abs = self.max_abs.max(max_abs);
+        self.max_rel = self.max_rel.max(max_rel);
+        if !passed {
+            self.fail(failure.unwrap_or_else(|| "mismatch".into()));
+        }
+    }
     /// A failure that is not a value comparison (an error of the reference, say).
     pub fn fail(&mut self, msg: String) {
         self.failures += 1;

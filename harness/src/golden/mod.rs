@@ -79,7 +79,20 @@ pub fn replay(case: &Case) -> Result<CaseResult> {
     let mut cmp = Comparator::new(case.tolerance);
     let outcome = match case.kind.as_str() {
         "optimizer" => optimizer::replay(case, &mut cmp),
-        "linesearch" | "ode" | "cnf" => Err(Error::NotImplemented(format!(
+        "ode" => crate::ode::replay_golden(&case.doc).map(|r| {
+            for c in &r.counts {
+                cmp.exact(|| c.field.to_string(), c.got as i64, c.want as i64);
+            }
+            for f in [&r.ts, &r.ys] {
+                cmp.field(
+                    f.passed,
+                    f.max_abs_err,
+                    f.max_rel_err,
+                    f.first_mismatch.clone(),
+                );
+            }
+        }),
+        "linesearch" | "cnf" => Err(Error::NotImplemented(format!(
             "golden kind `{}` is not implemented in this build",
             case.kind
         ))),

@@ -27,3 +27,9 @@ fn radam_corpus_and_regressions_replay_clean() {
     let n = replay("radam", harness::laws::fuzz::radam);
     assert!(n >= 4, "only {n} inputs replayed");
 }
+
+#[test]
+fn ode_corpus_and_regressions_replay_clean() {
+    let n = replay("ode", harness::laws::fuzz::ode);
+    assert!(n >= 1, "only {n} inputs replayed");
+}

@@ -60,3 +60,102 @@ pub fn radam(data: &[u8]) -> Result<(), String> {
     };
     super::radam::check_case(&input.to_case())
 }
+
+/// Raw ODE solve: a small linear-plus-quadratic system `y_i' = sum_j A_ij y_j + c_i y_i^2`,
+/// any interval, tolerances and controller settings (unvalidated).
+#[derive(Debug, Clone, Arbitrary)]
+pub struct OdeInput {
+    pub n: u8,
+    pub a: Vec<f64>,
+    pub c: Vec<f64>,
+    pub y0: Vec<f64>,
+    pub t0: f64,
+    pub t1: f64,
+    pub dt0: Option<f64>,
+    pub rtol: f64,
+    pub atol: f64,
+    pub pcoeff: f64,
+    pub icoeff: f64,
+    pub dcoeff: f64,
+    pub factormin: f64,
+    pub factormax: f64,
+    pub safety: f64,
+    pub dtmin: Option<f64>,
+    pub dtmax: Option<f64>,
+    pub solver: u8,
+    pub constant: bool,
+    pub max_steps: u16,
+}
+
+/// The `ode` target: no panic; invalid settings are typed errors; a successful solve has
+/// consistent statistics within `max_steps`, ends at `t1`, and saved times never go backwards
+/// (zero-length steps are possible, as in diffrax, when a degenerate `safety`/`factormin` shrinks
+/// the step below one ULP of `t`).
+pub fn ode(data: &[u8]) -> Result<(), String> {
+    use crate::ode::{solve, Controller, Pid, SolveOptions, Solver};
+    let Ok(x) = OdeInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return Ok(());
+    };
+    let n = (x.n % 4) as usize;
+    let pick = |v: &[f64], i: usize| if v.is_empty() { 0.0 } else { v[i % v.len()] };
+    let a: Vec<f64> = (0..n * n).map(|i| pick(&x.a, i)).collect();
+    let c: Vec<f64> = (0..n).map(|i| pick(&x.c, i)).collect();
+    let y0: Vec<f64> = (0..n).map(|i| pick(&x.y0, i)).collect();
+    let field = move |_t: f64, y: &[f64], dy: &mut [f64]| {
+        for i in 0..y.len() {
+            dy[i] =
+                (0..y.len()).map(|j| a[i * y.len() + j] * y[j]).sum::<f64>() + c[i] * y[i] * y[i];
+        }
+    };
+    let solver = Solver::ALL[(x.solver % 7) as usize];
+    let ctl = if x.constant || solver == Solver::Euler {
+        Controller::constant(x.dt0.unwrap_or(0.1))
+    } else {
+        (|| {
+            Pid::new(x.rtol, x.atol)?
+                .pcoeff(x.pcoeff)?
+                .icoeff(x.icoeff)?
+                .dcoeff(x.dcoeff)?
+                .factormin(x.factormin)?
+                .factormax(x.factormax)?
+                .safety(x.safety)?
+                .dtmin(x.dtmin)?
+                .dtmax(x.dtmax)?
+                .dt0(x.dt0)
+        })()
+        .map(Controller::Pid)
+    };
+    let max_steps = 1 + (x.max_steps % 512) as usize;
+    let opts = SolveOptions {
+        max_steps,
+        save_steps: true,
+    };
+    let Ok(sol) =
+        ctl.and_then(|ctl| solve(&field, &solver.tableau(), &ctl, x.t0, x.t1, &y0, &opts))
+    else {
+        return Ok(()); // a typed error: fine
+    };
+    let s = sol.stats;
+    if s.num_steps != s.num_accepted_steps + s.num_rejected_steps || s.num_steps > max_steps {
+        return Err(format!("inconsistent stats {s:?} (max_steps {max_steps})"));
+    }
+    if sol.ts.len() != s.num_accepted_steps || sol.ys.len() != sol.ts.len() {
+        return Err(format!(
+            "{} saved times for {} accepted steps",
+            sol.ts.len(),
+            s.num_accepted_steps
+        ));
+    }
+    if x.t0 != x.t1 && sol.ts.last() != Some(&x.t1) {
+        return Err(format!(
+            "solve ended at {:?}, not t1 = {}",
+            sol.ts.last(),
+            x.t1
+        ));
+    }
+    let dir = (x.t1 - x.t0).signum();
+    if sol.ts.windows(2).any(|w| (w[1] - w[0]) * dir < 0.0) {
+        return Err("saved times go backwards".into());
+    }
+    Ok(())
+}

@@ -197,6 +197,15 @@ pub fn solve_observed<A: Real, F: VectorField<A> + ?Sized>(
         });
     }
     let forward = t1 > t0;
+    // Step placement computes `(t1 - t0) * k` for k up to the step count: that must not overflow,
+    // or the step ends become inf/NaN (found by the `ode` fuzz target).
+    let span = NF::abs(t1 - t0) * A::of_f64(opts.max_steps.max(1) as f64);
+    ensure(
+        Float::is_finite(span),
+        "t1 - t0",
+        format!("{:?}", t1 - t0),
+        "times max_steps must be finite in the solve's precision",
+    )?;
     if let Some(h) = dt0 {
         ensure(
             (h > A::zero()) == forward,

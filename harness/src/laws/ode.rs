@@ -306,10 +306,10 @@ pub fn bad_input_is_typed_error(b: &BadInput) -> Result<(), String> {
             .and_then(|p| p.dt0(Some(b.dt0)))
             .map(Controller::Pid)
     };
-    let expect_err = !b.y0.is_finite() && !b.empty_state
+    let expect_err = b.empty_state
+        || !b.y0.is_finite()
         || !b.t0.is_finite()
         || !b.t1.is_finite()
-        || b.empty_state
         || !b.dt0.is_finite()
         || b.dt0 == 0.0
         || (b.t1 != b.t0 && (b.t1 - b.t0).signum() != b.dt0.signum())

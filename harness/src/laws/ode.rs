@@ -313,7 +313,7 @@ pub fn bad_input_is_typed_error(b: &BadInput) -> Result<(), String> {
         || !b.dt0.is_finite()
         || b.dt0 == 0.0
         || (b.t1 != b.t0 && (b.t1 - b.t0).signum() != b.dt0.signum())
-        || (!b.constant && !(b.rtol > 0.0 && b.rtol.is_finite()));
+        || !(b.constant || (b.rtol > 0.0 && b.rtol.is_finite()));
     let opts = SolveOptions {
         max_steps: 256,
         save_steps: false,

@@ -2,7 +2,8 @@
 //!
 //! Figures (names from CLI.md, stable): area `optim` — `copy_bandwidth_gbps`,
 //! `adam_fused_16m_gbps`, `radam_fused_16m_gbps`, `radam_allocs_per_step`, and the ratios of
-//! the fused rates to the copy bandwidth. Times are medians over repetitions.
+//! the fused rates to the copy bandwidth; area `ode` — `ode_lv_tsit5_1e-8_us`. Times are medians
+//! over repetitions.
 
 use crate::backend::Array;
 use crate::optim::{AdamHyper, FusedMoments, RadamHyper, Selection};
@@ -44,10 +45,9 @@ pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
 pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
     match area {
         "optim" => optim(quick),
-        "all" => optim(quick),
-        "muon" | "ode" | "cnf" | "stack" => {
-            Err(Error::NotImplemented(format!("bench area `{area}`")))
-        }
+        "ode" => ode(quick),
+        "all" => Ok([optim(quick)?, ode(quick)?].concat()),
+        "muon" | "cnf" | "stack" => Err(Error::NotImplemented(format!("bench area `{area}`"))),
         other => Err(Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
@@ -120,5 +120,26 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
             m.allocations as f64 / steps as f64,
             "allocations",
         ),
+    ])
+}
+
+/// Lotka–Volterra (1.1, 0.4, 0.4, 0.1) from (10, 10) over [0, 15], Tsit5, PID rtol 1e-8 atol 1e-10,
+/// selected dt0 (diffrax 0.7.2: 0.01), f64: median microseconds per full solve (final state only).
+fn ode(quick: bool) -> Result<Vec<Figure>> {
+    use crate::ode::{fixtures::LotkaVolterra, solve, Controller, SolveOptions, Solver};
+    let lv = LotkaVolterra::new(1.1, 0.4, 0.4, 0.1)?;
+    let (tab, ctl) = (Solver::Tsit5.tableau(), Controller::pid(1e-8, 1e-10)?);
+    let opts = SolveOptions {
+        save_steps: false,
+        ..Default::default()
+    };
+    let run = || solve(&lv, &tab, &ctl, 0.0, 15.0, &[10.0f64, 10.0], &opts);
+    let steps = run()?.stats.num_steps;
+    let secs = median_seconds(if quick { 21 } else { 201 }, || {
+        std::hint::black_box(run().expect("validated"));
+    });
+    Ok(vec![
+        fig("ode_lv_tsit5_1e-8_us", secs * 1e6, "us"),
+        fig("ode_lv_tsit5_1e-8_steps", steps as f64, "steps"),
     ])
 }

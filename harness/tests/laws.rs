@@ -1,18 +1,9 @@
 //! Every pure law passes on the reference; every RAdam mutant is caught with a small
 //! counterexample. (Memory laws and the memory mutant live in `memory.rs`, serialised.)
 
-use harness::laws::{self, RunConfig};
-
-fn assert_law_holds(name: &str) {
-    let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
-    assert!(!law.measures_memory);
-    let r = laws::run(&law, RunConfig::new(None, None));
-    assert!(
-        r.passed,
-        "{name} failed:\n{}",
-        r.counterexample.unwrap_or_default()
-    );
-}
+mod common;
+use common::assert_law_holds;
+use harness::laws;
 
 #[test]
 fn radam_where_matches_branch_bitwise() {

@@ -1,17 +1,9 @@
 //! The ODE laws pass on the reference solvers; step sequences are snapshotted.
 
-use harness::laws::{self, RunConfig};
+mod common;
+use common::assert_law_holds;
+use harness::laws;
 use harness::ode::{fixtures::LotkaVolterra, solve, Controller, SolveOptions, Solver};
-
-fn assert_law_holds(name: &str) {
-    let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
-    let r = laws::run(&law, RunConfig::new(None, None));
-    assert!(
-        r.passed,
-        "{name} failed:\n{}",
-        r.counterexample.unwrap_or_default()
-    );
-}
 
 #[test]
 fn every_method_converges_at_its_order() {

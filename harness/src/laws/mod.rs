@@ -14,7 +14,7 @@ pub mod ode;
 pub mod radam;
 pub mod strategies;
 
-use proptest::strategy::{Strategy, ValueTree};
+use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use std::fmt::Debug;
 use std::time::Instant;
@@ -162,17 +162,6 @@ where
         )),
         Err(TestError::Abort(reason)) => Err(format!("aborted: {reason}")),
     }
-}
-
-/// Evaluate one value of a strategy deterministically (for fixed examples in tests).
-pub fn sample<S: Strategy>(strategy: S, seed: u64) -> S::Value {
-    let mut seed_bytes = [0u8; 32];
-    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
-    );
-    strategy.new_tree(&mut runner).expect("strategy").current()
 }
 
 /// `Ok` when the two trees are bit-identical (same names, shapes and element bits; any two NaNs

@@ -87,7 +87,7 @@ pub(crate) fn composed_update<E: Float>(
     state: &MomentState<E::Acc>,
     params: &Tree<E>,
     leaf_out: impl Fn(&MomentConsts<E::Acc>, Ten<E::Acc>, Ten<E::Acc>) -> Ten<E::Acc>,
-) -> Result<(Tree<E>, MomentState<E::Acc>, i32)> {
+) -> Result<(Tree<E>, MomentState<E::Acc>)> {
     hyper.validate_for::<E::Acc>()?;
     check_inputs(grads, state, params)?;
     let dev = device();
@@ -105,7 +105,7 @@ pub(crate) fn composed_update<E: Float>(
         mu.0.insert(name.clone(), m.to_array(shape)?);
         nu.0.insert(name.clone(), v.to_array(shape)?);
     }
-    Ok((out, MomentState { count: t, mu, nu }, t))
+    Ok((out, MomentState { count: t, mu, nu }))
 }
 
 impl<E: Float> Transform<E> for ScaleByAdam {
@@ -125,7 +125,7 @@ impl<E: Float> Transform<E> for ScaleByAdam {
         state: &Self::State,
         params: &Tree<E>,
     ) -> Result<(Tree<E>, Self::State)> {
-        let (out, state, _) =
+        let (out, state) =
             composed_update(&self.hyper, grads, state, params, |c, m_hat, v_hat| {
                 m_hat / composed_denominator(c, v_hat)
             })?;

@@ -268,7 +268,7 @@ impl<E: Float> Transform<E> for ScaleByRadam {
         let rect = self
             .hyper
             .rectification(super::moments::safe_increment(state.count));
-        let (out, state, _) = composed_update(
+        let (out, state) = composed_update(
             &self.hyper.moments,
             grads,
             state,

@@ -49,6 +49,12 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "fused_matches_composed_bitwise",
         "moment_state_signature_fixed",
         "radam_steps_trace_once_memory_flat",
+        // tests/linesearch.rs
+        "linesearch_armijo_on_success",
+        "linesearch_evaluations_bounded",
+        "linesearch_convex_quadratic_monotone",
+        "linesearch_trace_once",
+        "linesearch_nonfinite_zero_step",
     ];
     for law in laws::registry() {
         assert!(tested.contains(&law.name), "law {} has no test", law.name);

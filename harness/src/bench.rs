@@ -128,7 +128,11 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
             "allocations",
         ),
         fig("linesearch_rosenbrock_65536_ms", ls_ms, "ms"),
-        fig("linesearch_rosenbrock_65536_evals", ls_evals as f64, "evaluations"),
+        fig(
+            "linesearch_rosenbrock_65536_evals",
+            ls_evals as f64,
+            "evaluations",
+        ),
     ])
 }
 

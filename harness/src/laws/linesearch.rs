@@ -120,6 +120,11 @@ impl<A: Real> Objective<A> for CaseObjective {
 
 type State<A> = ChainState<NoState, LineSearchState<A>>;
 
+/// `a <= b`; false when either is NaN (so `!le` flags NaN as a violation).
+fn le(a: f64, b: f64) -> bool {
+    a <= b
+}
+
 /// The implementation whose `init` and staged `update` the trace law checks (reference or mutant).
 pub trait TraceSubject {
     fn init<A: Real>(&self, opt: &SgdLineSearch, params: &Tree<A>) -> Result<State<A>>;
@@ -256,7 +261,7 @@ fn armijo_on_success_e<A: Real>(case: &LsCase) -> std::result::Result<(), String
         let slope = linesearch::slope(&u, &s.grad);
         let f_new = run.objective.value(&s.x_next).map_err(|e| e.to_string())?;
         let err = rule.decrease_error(ls.learning_rate.value, slope, s.value, f_new);
-        if !(err.as_f64() <= case.hyper.atol) {
+        if !le(err.as_f64(), case.hyper.atol) {
             return Err(format!(
                 "step {}: reported decrease_error {:?} <= atol, but at the returned params f = {f_new:?} (f(w) = {:?}, eta = {:?}, slope = {slope:?}) gives error {err:?}",
                 t + 1, ls.info.decrease_error.value, s.value, ls.learning_rate.value
@@ -399,7 +404,7 @@ fn convex_quadratic_monotone_e<A: Real>(case: &LsCase) -> std::result::Result<()
         } else {
             64.0 * eps * (terms + old.abs())
         };
-        if !(new <= old + slack) {
+        if !le(new, old + slack) {
             return Err(format!(
                 "step {}: value rose from {old:e} to {new:e} ({} step, lr = {:?}, {} evaluations)",
                 t + 1,

@@ -7,9 +7,9 @@
 //! specialisation cache, keyed by the search's static configuration and the objective's *type*
 //! ([`objective_key`]), never its address, so re-creating the same objective never re-traces.
 //!
-//! - [`armijo`]: the acceptance rule as a value.
-//! - [`backtracking`]: `scale_by_backtracking_linesearch`.
-//! - [`objective`]: the [`Objective`] trait and the fixture problems.
+//! - [`armijo`] — the acceptance rule as a value.
+//! - [`backtracking`] — `scale_by_backtracking_linesearch`.
+//! - [`objective`] — the [`Objective`] trait and the fixture problems.
 
 pub mod armijo;
 pub mod backtracking;

@@ -91,6 +91,8 @@ impl<A: Real> Objective<A> for Rosenbrock {
             })
             .fold(A::zero(), |s, t| s + t))
     }
+    // `Real` has no `AddAssign`: the accumulations are spelled out
+    #[allow(clippy::assign_op_pattern)]
     fn value_and_grad(&self, x: &Tree<A>) -> Result<(A, Tree<A>)> {
         let v = <Self as Objective<A>>::value(self, x)?;
         let f = flatten(x);

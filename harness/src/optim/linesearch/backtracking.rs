@@ -32,7 +32,7 @@
 //! ```
 //! use harness::optim::linesearch::{sgd_linesearch, BacktrackingHyper, LineSearch, Rosenbrock, point, Objective};
 //! use harness::tree::apply_updates;
-//! let opt = sgd_linesearch(BacktrackingHyper::new(15)).unwrap();
+//! let opt = sgd_linesearch(BacktrackingHyper::new(30)).unwrap();
 //! let mut x = point::<f64>(&[-0.5, 0.5]);
 //! let mut state = opt.init(&x).unwrap();
 //! let (v, g) = Rosenbrock.value_and_grad(&x).unwrap();

@@ -346,16 +346,46 @@ pub fn gershgorin(q: &Quadratic) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// The monotone law's domain: a convex quadratic, `rtol = atol = 0`, no poison, and a smallest
-/// candidate `max_learning_rate * decrease_factor^max_backtracking_steps` short enough for the
-/// Armijo rule (`<= 2 (1 - slope_rtol) / L`), so that some candidate is accepted.
+/// Largest magnitude of `A`, `b` and `x0` in the monotone law's domain: every dtype holds the
+/// value and its terms without overflow (f32 overflows near 3.4e38).
+pub const MONOTONE_DATA_BOUND: f64 = 1e4;
+
+/// Whether the symmetric part of `A` is positive definite (Cholesky pivots all > 0).
+pub fn positive_definite(q: &Quadratic) -> bool {
+    let n = q.dim();
+    let mut l = vec![0.0f64; n * n];
+    for j in 0..n {
+        let s = |i: usize, k: usize| 0.5 * (q.a[i * n + k] + q.a[k * n + i]);
+        let d = s(j, j) - (0..j).map(|k| l[j * n + k] * l[j * n + k]).sum::<f64>();
+        if d.is_nan() || d <= 0.0 {
+            return false;
+        }
+        l[j * n + j] = d.sqrt();
+        for i in j + 1..n {
+            let v = s(i, j) - (0..j).map(|k| l[i * n + k] * l[j * n + k]).sum::<f64>();
+            l[i * n + j] = v / l[j * n + j];
+        }
+    }
+    true
+}
+
+/// The monotone law's domain: a convex (positive definite) quadratic with data bounded by
+/// [`MONOTONE_DATA_BOUND`], `rtol = atol = 0`, no poison, and a smallest candidate
+/// `max_learning_rate * decrease_factor^max_backtracking_steps` short enough for the Armijo
+/// rule (`<= 2 (1 - slope_rtol) / L`, `L` bounded by Gershgorin), so that some candidate is
+/// accepted in exact arithmetic.
 pub fn monotone_domain(case: &LsCase) -> bool {
     let Problem::Quadratic(q) = &case.problem else {
         return false;
     };
     let h = &case.hyper;
     let l = gershgorin(q);
-    h.validate().is_ok()
+    let bounded = |v: &[f64]| v.iter().all(|x| x.abs() <= MONOTONE_DATA_BOUND);
+    bounded(&q.a)
+        && bounded(&q.b)
+        && bounded(&case.x0)
+        && positive_definite(q)
+        && h.validate().is_ok()
         && h.atol == 0.0
         && h.rtol == 0.0
         && case.poison.is_none()
@@ -468,9 +498,17 @@ fn trace_once_e<A: Real, S: TraceSubject>(
 // ---------------------------------------------------------------------------------------------
 // non-finite objectives
 
-/// An objective that is NaN or `+inf` at every point (the current one included): every update is
-/// a zero step, `learning_rate` is 0 (finite), `decrease_error` is `+inf`, every allowed
-/// evaluation was made, and the parameters never move or become non-finite.
+/// The zero-step law's domain: a finite direction. A non-finite gradient (a start point whose
+/// gradient overflows, or is NaN) makes the output `0 * u` NaN, exactly as upstream's
+/// `tree.scale(0.0, updates)`; no line search can repair its input direction.
+pub fn nonfinite_domain<A: Real>(grad: &Tree<A>) -> bool {
+    grad.iter()
+        .all(|(_, a)| a.data().iter().all(|g| Float::is_finite(*g)))
+}
+
+/// An objective that is NaN or `+inf` at every point (the current one included), with a finite
+/// gradient ([`nonfinite_domain`]): every update is a zero step, `learning_rate` is 0 (finite),
+/// `decrease_error` is `+inf`, every allowed evaluation was made, and the parameters never move.
 pub fn nonfinite_zero_step(case: &LsCase) -> std::result::Result<(), String> {
     by_dtype!(case, nonfinite_zero_step_e)
 }
@@ -488,6 +526,9 @@ fn nonfinite_zero_step_e<A: Real>(case: &LsCase) -> std::result::Result<(), Stri
     let x0 = point::<A>(&case.x0);
     let max = case.hyper.max_backtracking_steps as i32 + 1;
     for (t, s) in run.steps.iter().enumerate() {
+        if !nonfinite_domain(&s.grad) {
+            return Ok(());
+        }
         let ls = &s.state.1;
         let at = format!("step {}", t + 1);
         if let Some(u) = linesearch::objective::flatten(&s.update)

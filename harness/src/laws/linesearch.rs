@@ -555,7 +555,12 @@ fn nonfinite_zero_step_e<A: Real>(case: &LsCase) -> std::result::Result<(), Stri
                 ls.info.num_linesearch_steps.value
             ));
         }
-        if super::bitwise_equal("params", &s.x_next, &x0).is_err() {
+        // equal as numbers: a zero step turns -0.0 into +0.0 (IEEE: -0 + +0 = +0), as upstream
+        let moved = linesearch::objective::flatten(&s.x_next)
+            .iter()
+            .zip(linesearch::objective::flatten(&x0))
+            .any(|(a, b)| *a != b);
+        if moved {
             return Err(format!("{at}: params moved to {:?}", s.x_next));
         }
     }

@@ -498,11 +498,12 @@ fn trace_once_e<A: Real, S: TraceSubject>(
 // ---------------------------------------------------------------------------------------------
 // non-finite objectives
 
-/// The zero-step law's domain: a finite direction. A non-finite gradient (a start point whose
-/// gradient overflows, or is NaN) makes the output `0 * u` NaN, exactly as upstream's
-/// `tree.scale(0.0, updates)`; no line search can repair its input direction.
-pub fn nonfinite_domain<A: Real>(grad: &Tree<A>) -> bool {
-    grad.iter()
+/// The zero-step law's domain (checked on the params and on the gradient): finite values. A
+/// non-finite gradient (a start point whose gradient overflows, or is NaN) makes the output
+/// `0 * u` NaN, exactly as upstream's `tree.scale(0.0, updates)`; no line search can repair its
+/// input direction, and NaN params stay NaN.
+pub fn nonfinite_domain<A: Real>(tree: &Tree<A>) -> bool {
+    tree.iter()
         .all(|(_, a)| a.data().iter().all(|g| Float::is_finite(*g)))
 }
 
@@ -526,7 +527,7 @@ fn nonfinite_zero_step_e<A: Real>(case: &LsCase) -> std::result::Result<(), Stri
     let x0 = point::<A>(&case.x0);
     let max = case.hyper.max_backtracking_steps as i32 + 1;
     for (t, s) in run.steps.iter().enumerate() {
-        if !nonfinite_domain(&s.grad) {
+        if !nonfinite_domain(&s.grad) || !nonfinite_domain(&s.x) {
             return Ok(());
         }
         let ls = &s.state.1;

@@ -2,8 +2,10 @@
 //!
 //! Figures (names from CLI.md, stable): area `optim` — `copy_bandwidth_gbps`,
 //! `adam_fused_16m_gbps`, `radam_fused_16m_gbps`, `radam_allocs_per_step`, and the ratios of
-//! the fused rates to the copy bandwidth; area `ode` — `ode_lv_tsit5_1e-8_us`. Times are medians
-//! over repetitions.
+//! the fused rates to the copy bandwidth, and `linesearch_rosenbrock_65536_ms` (one chained
+//! `sgd(1) + backtracking` step on a 65,536-dimensional Rosenbrock in f32: value and gradient,
+//! the staged line-search update and `apply_updates`, from the same start point each time) with
+//! its evaluation count; area `ode` — `ode_lv_tsit5_1e-8_us`. Times are medians over repetitions.
 
 use crate::backend::Array;
 use crate::optim::{AdamHyper, FusedMoments, RadamHyper, Selection};
@@ -108,6 +110,10 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
         Ok::<(), Error>(())
     });
     r?;
+    drop(radam);
+    drop(params);
+    drop(grads);
+    let (ls_ms, ls_evals) = linesearch_rosenbrock(LINESEARCH_DIM, reps)?;
     let (adam_gbps, radam_gbps) = (bytes / adam_s / 1e9, bytes / radam_s / 1e9);
     Ok(vec![
         fig("copy_bandwidth_gbps", copy, "GB/s"),
@@ -119,6 +125,12 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
             "radam_allocs_per_step",
             m.allocations as f64 / steps as f64,
             "allocations",
+        ),
+        fig("linesearch_rosenbrock_65536_ms", ls_ms, "ms"),
+        fig(
+            "linesearch_rosenbrock_65536_evals",
+            ls_evals as f64,
+            "evaluations",
         ),
     ])
 }
@@ -142,4 +154,37 @@ fn ode(quick: bool) -> Result<Vec<Figure>> {
         fig("ode_lv_tsit5_1e-8_us", secs * 1e6, "us"),
         fig("ode_lv_tsit5_1e-8_steps", steps as f64, "steps"),
     ])
+}
+
+/// Dimension of the line-search figure.
+pub const LINESEARCH_DIM: usize = 1 << 16;
+
+/// Median milliseconds of one chained step on a `dim`-dimensional Rosenbrock (f32, start
+/// `x_i = 0.5 + 0.1 sin(i)`, 15 backtracking steps), and the evaluations it made.
+pub fn linesearch_rosenbrock(dim: usize, reps: usize) -> Result<(f64, i32)> {
+    use crate::optim::linesearch::{
+        point, sgd_linesearch, BacktrackingHyper, LineSearch, Objective, Rosenbrock, Staged,
+    };
+    let x0: Vec<f64> = (0..dim).map(|i| 0.5 + 0.1 * (i as f64).sin()).collect();
+    let x0 = point::<f32>(&x0);
+    let opt = sgd_linesearch(BacktrackingHyper::new(15))?;
+    let state = opt.init(&x0)?;
+    let mut staged = Staged::new(opt).with_max_traces(1);
+    let mut step = || -> Result<i32> {
+        let (v, g) = Rosenbrock.value_and_grad(&x0)?;
+        let (u, s) = staged.update(&g, &state, &x0, v, &g, &Rosenbrock)?;
+        std::hint::black_box(crate::tree::apply_updates(&x0, &u)?);
+        Ok(s.1.info.num_linesearch_steps.value)
+    };
+    let evals = step()?;
+    let mut failure = None;
+    let secs = median_seconds(reps, || {
+        if let Err(e) = step() {
+            failure = Some(e);
+        }
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok((secs * 1e3, evals)),
+    }
 }

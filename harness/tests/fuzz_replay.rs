@@ -33,3 +33,34 @@ fn ode_corpus_and_regressions_replay_clean() {
     let n = replay("ode", harness::laws::fuzz::ode);
     assert!(n >= 1, "only {n} inputs replayed");
 }
+
+#[test]
+fn linesearch_corpus_and_regressions_replay_clean() {
+    let n = replay("linesearch", harness::laws::fuzz::linesearch);
+    assert!(n >= 10, "only {n} inputs replayed");
+}
+
+#[test]
+fn linesearch_seed_corpus_decodes_to_the_intended_cases() {
+    use arbitrary::{Arbitrary, Unstructured};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/corpus/linesearch");
+    let read = |name: &str| {
+        let data = std::fs::read(dir.join(name)).unwrap();
+        harness::laws::fuzz::LineSearchInput::arbitrary_take_rest(Unstructured::new(&data))
+            .unwrap()
+            .to_case()
+    };
+    let c = read("rosenbrock-3d");
+    assert_eq!(c.x0, vec![-0.5, 0.5, 1.2]);
+    assert_eq!(c.hyper.max_backtracking_steps, 15);
+    assert!(c.hyper.validate().is_ok());
+    let c = read("invalid-decrease-factor");
+    assert!(c
+        .hyper
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("decrease_factor"));
+    let c = read("nan-everywhere-recover");
+    assert!(c.hyper.recover_from_zero_lr && c.poison.unwrap().value.is_nan());
+}

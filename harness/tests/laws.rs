@@ -45,6 +45,12 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "ode_step_control",
         "ode_round_trip_and_reproducible",
         "ode_bad_input_is_typed_error",
+        // tests/linesearch.rs
+        "linesearch_armijo_on_success",
+        "linesearch_evaluations_bounded",
+        "linesearch_convex_quadratic_monotone",
+        "linesearch_trace_once",
+        "linesearch_nonfinite_zero_step",
     ];
     for law in laws::registry() {
         assert!(

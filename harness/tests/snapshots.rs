@@ -1,6 +1,7 @@
 //! Reviewed numerics (`cargo insta review`; CI never writes snapshots): the RAdam branch
 //! schedule for several b2, the first 12 updates of a fixed problem per optimizer and dtype
-//! (rounded to 6 significant digits), and the state signatures.
+//! (rounded to 6 significant digits), the state signatures, and the line search's value,
+//! learning-rate and evaluation sequences on each fixture problem.
 
 use harness::backend::{Array, Float};
 use harness::optim::{self, AdamHyper, RadamHyper, Selection, Transform};
@@ -117,4 +118,45 @@ fn optimizer_state_signatures() {
         adam.init(&p).unwrap().signature(),
         radam.init(&p).unwrap().signature()
     ));
+}
+
+/// 15 steps of `sgd(1) + backtracking(max_backtracking_steps = 20)` from a fixed start: the
+/// value before each step, the learning rate found and the evaluation count.
+fn linesearch_run<O: harness::optim::linesearch::Objective<f64> + 'static>(
+    f: &O,
+    x0: &[f64],
+) -> serde_json::Value {
+    use harness::optim::linesearch::{point, sgd_linesearch, BacktrackingHyper, Staged};
+    let opt = sgd_linesearch(BacktrackingHyper::new(20)).unwrap();
+    let mut x = point::<f64>(x0);
+    let mut state = harness::optim::linesearch::LineSearch::init(&opt, &x).unwrap();
+    let mut staged = Staged::new(opt).with_max_traces(1);
+    let (mut values, mut lrs, mut evals) = (vec![], vec![], vec![]);
+    for _ in 0..15 {
+        let (v, g) = f.value_and_grad(&x).unwrap();
+        let (u, s) = staged.update(&g, &state, &x, v, &g, f).unwrap();
+        x = apply_updates(&x, &u).unwrap();
+        values.push(r6(v));
+        lrs.push(r6(s.1.learning_rate.value));
+        evals.push(s.1.info.num_linesearch_steps.value);
+        state = s;
+    }
+    serde_json::json!({"value": values, "learning_rate": lrs, "num_linesearch_steps": evals})
+}
+
+#[test]
+fn linesearch_sequences_on_fixture_problems() {
+    use harness::optim::linesearch::{Himmelblau, Matyas, Quadratic, Rosenbrock};
+    let q = Quadratic::new(
+        vec![3.0, 0.5, 0.0, 0.5, 1.0, 0.2, 0.0, 0.2, 0.5],
+        vec![1.0, -1.0, 0.5],
+    )
+    .unwrap();
+    insta::assert_json_snapshot!(serde_json::json!({
+        "rosenbrock_2d": linesearch_run(&Rosenbrock, &[-1.2, 1.0]),
+        "rosenbrock_10d": linesearch_run(&Rosenbrock, &[0.0; 10]),
+        "quadratic_3d": linesearch_run(&q, &[1.0, 1.0, 1.0]),
+        "himmelblau": linesearch_run(&Himmelblau, &[0.0, 0.0]),
+        "matyas": linesearch_run(&Matyas, &[1.0, -0.5]),
+    }));
 }

@@ -5,6 +5,7 @@
 
 mod compare;
 mod format;
+mod linesearch;
 mod optimizer;
 
 pub use compare::Comparator;
@@ -92,7 +93,8 @@ pub fn replay(case: &Case) -> Result<CaseResult> {
                 );
             }
         }),
-        "linesearch" | "cnf" => Err(Error::NotImplemented(format!(
+        "linesearch" => linesearch::replay(case, &mut cmp),
+        "cnf" => Err(Error::NotImplemented(format!(
             "golden kind `{}` is not implemented in this build",
             case.kind
         ))),

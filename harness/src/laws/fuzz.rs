@@ -159,3 +159,94 @@ pub fn ode(data: &[u8]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Raw line-search run: unvalidated hyperparameters (NaN, negative, out of range), an arbitrary
+/// quadratic (any matrix, not only convex) or fixture problem, any start point, and an optional
+/// poison region where the objective returns NaN/`+inf`/`-inf`.
+#[derive(Debug, Clone, Arbitrary)]
+pub struct LineSearchInput {
+    pub max_backtracking_steps: u16,
+    pub slope_rtol: f64,
+    pub decrease_factor: f64,
+    pub increase_factor: f64,
+    pub max_learning_rate: f64,
+    pub atol: f64,
+    pub rtol: f64,
+    pub store_grad: bool,
+    pub recover_from_zero_lr: bool,
+    pub f32: bool,
+    /// 0-1: quadratic, 2: rosenbrock, 3: himmelblau, 4: matyas.
+    pub problem: u8,
+    pub dim: u8,
+    pub matrix: Vec<f64>,
+    pub b: Vec<f64>,
+    pub x0: Vec<f64>,
+    pub steps: u8,
+    /// 0: none; 1: NaN, 2: +inf, 3: -inf beyond `poison_above`; 4: NaN everywhere.
+    pub poison: u8,
+    pub poison_above: f64,
+}
+
+impl LineSearchInput {
+    /// The law input this stands for (dimension <= 6, steps <= 8, backtracking steps <= 64).
+    pub fn to_case(&self) -> super::linesearch::LsCase {
+        use super::linesearch::{LsCase, Poison, Problem};
+        use crate::optim::linesearch::{BacktrackingHyper, Quadratic};
+        let pick = |v: &[f64], i: usize| if v.is_empty() { 0.0 } else { v[i % v.len()] };
+        let kind = self.problem % 5;
+        let n = match kind {
+            3 | 4 => 2,
+            _ => 1 + (self.dim % 6) as usize,
+        };
+        let problem = match kind {
+            0 | 1 => Problem::Quadratic(
+                Quadratic::new(
+                    (0..n * n).map(|i| pick(&self.matrix, i)).collect(),
+                    (0..n).map(|i| pick(&self.b, i)).collect(),
+                )
+                .expect("n x n"),
+            ),
+            2 => Problem::Rosenbrock,
+            3 => Problem::Himmelblau,
+            _ => Problem::Matyas,
+        };
+        let poison = match self.poison % 5 {
+            0 => None,
+            k @ 1..=3 => Some(Poison {
+                above: self.poison_above,
+                value: [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][k as usize - 1],
+            }),
+            _ => Some(Poison {
+                above: f64::NEG_INFINITY,
+                value: f64::NAN,
+            }),
+        };
+        LsCase {
+            problem,
+            hyper: BacktrackingHyper {
+                max_backtracking_steps: (self.max_backtracking_steps % 65) as u32,
+                slope_rtol: self.slope_rtol,
+                decrease_factor: self.decrease_factor,
+                increase_factor: self.increase_factor,
+                max_learning_rate: self.max_learning_rate,
+                atol: self.atol,
+                rtol: self.rtol,
+                store_grad: self.store_grad,
+                recover_from_zero_lr: self.recover_from_zero_lr,
+            },
+            x0: (0..n).map(|i| pick(&self.x0, i)).collect(),
+            steps: 1 + (self.steps % 8) as usize,
+            f32: self.f32,
+            poison,
+        }
+    }
+}
+
+/// The `linesearch` target: any input is rejected with a typed error (invalid hyperparameters)
+/// or satisfies every line-search law; no input may panic.
+pub fn linesearch(data: &[u8]) -> Result<(), String> {
+    let Ok(input) = LineSearchInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return Ok(());
+    };
+    super::linesearch::check_case(&input.to_case())
+}

@@ -10,6 +10,7 @@
 //! so that CI is deterministic; `--seed` or `HARNESS_SEED` changes it.
 
 pub mod fuzz;
+pub mod linesearch;
 pub mod ode;
 pub mod radam;
 pub mod strategies;
@@ -92,6 +93,7 @@ pub fn registry() -> Vec<Law> {
     let mut v = Vec::new();
     v.extend(radam::laws());
     v.extend(ode::laws());
+    v.extend(linesearch::laws());
     v
 }
 

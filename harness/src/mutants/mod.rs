@@ -3,6 +3,8 @@
 //!
 //! Names are CLI.md's and stable: other tools look for them.
 
+pub mod linesearch_rebuilt_objective;
+pub mod linesearch_weak_init;
 mod radam_cond_leak;
 mod radam_unsafe_where;
 
@@ -32,7 +34,12 @@ pub struct MutantReport {
 
 /// Every mutant.
 pub fn registry() -> Vec<Mutant> {
-    vec![radam_cond_leak::mutant(), radam_unsafe_where::mutant()]
+    vec![
+        radam_cond_leak::mutant(),
+        radam_unsafe_where::mutant(),
+        linesearch_weak_init::mutant(),
+        linesearch_rebuilt_objective::mutant(),
+    ]
 }
 
 /// Run one mutant against its law.

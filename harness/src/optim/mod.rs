@@ -9,6 +9,7 @@
 pub mod adam;
 pub mod fused;
 pub mod jit;
+pub mod linesearch;
 pub mod moments;
 pub mod radam;
 

@@ -10,6 +10,7 @@ pub mod adam;
 pub mod fused;
 pub mod jit;
 pub mod moments;
+pub mod muon;
 pub mod radam;
 
 use crate::backend::Float;
@@ -21,6 +22,7 @@ pub use adam::ScaleByAdam;
 pub use fused::FusedMoments;
 pub use jit::Jit;
 pub use moments::{AdamHyper, MomentState};
+pub use muon::{CoeffSpec, Muon, MuonHyper, MuonState};
 pub use radam::{RadamHyper, ScaleByRadam, Selection};
 
 /// A gradient transformation (optax's `GradientTransformation`).

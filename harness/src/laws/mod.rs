@@ -10,6 +10,7 @@
 //! so that CI is deterministic; `--seed` or `HARNESS_SEED` changes it.
 
 pub mod fuzz;
+pub mod muon;
 pub mod radam;
 pub mod strategies;
 
@@ -90,6 +91,7 @@ pub struct Law {
 pub fn registry() -> Vec<Law> {
     let mut v = Vec::new();
     v.extend(radam::laws());
+    v.extend(muon::laws());
     v
 }
 

@@ -394,7 +394,9 @@ impl<E: Float> Array<E> {
 // Quirks kept here: dfdx 0.13 lowers every CPU matmul to `gemm::gemm(m, n, k, dst, dst_cs,
 // dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, alpha, beta, ..,
 // Parallelism::Rayon(current_num_threads))`; [`gemm_into`] issues exactly that call, so a planned
-// product over the same operands is bit-identical to the dfdx one. A transposed operand is a
+// product over the same operands is the dfdx one. gemm 0.15 itself allocates per call: a
+// `did_pack_lhs` flag vector (`mc/MR` bytes) and, when it packs the right operand, the packed
+// panel; both are freed before it returns. A transposed operand is a
 // stride swap (`permute`), never a copy.
 
 /// A runtime-shaped 2-D dfdx tensor.
@@ -512,7 +514,10 @@ pub struct Operand<'a, A> {
 
 /// `dst[i*dst_rs + j] = sum_k lhs(i,k) rhs(k,j)` for an `m x n` block, overwriting `dst`, through
 /// the very `gemm::gemm` call dfdx's CPU matmul makes (so results are bit-identical to dfdx's).
-/// Allocation-free once gemm's per-thread packing buffers exist.
+/// Products of fewer than [`GEMM_PARALLEL_MIN`] multiply-adds run on the calling thread; larger
+/// ones use gemm's rayon parallelism (dfdx always does). Either way gemm's own per-call scratch
+/// (see the module notes) is allocated and freed inside the call: no live growth, and the same
+/// number of allocations at every call of a given shape.
 ///
 /// Panics if an operand's strided extent falls outside its slice (a bug in the caller's plan).
 #[allow(clippy::too_many_arguments)]
@@ -561,7 +566,14 @@ pub fn gemm_into<A: Real>(
             false,
             false,
             false,
-            gemm::Parallelism::Rayon(rayon::current_num_threads()),
+            if m * n * k < GEMM_PARALLEL_MIN {
+                gemm::Parallelism::None
+            } else {
+                gemm::Parallelism::Rayon(rayon::current_num_threads())
+            },
         )
     }
 }
+
+/// Multiply-adds from which [`gemm_into`] runs multi-threaded (2^22: a 128x128x256 product).
+pub const GEMM_PARALLEL_MIN: usize = 1 << 22;

@@ -49,6 +49,13 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "fused_matches_composed_bitwise",
         "moment_state_signature_fixed",
         "radam_steps_trace_once_memory_flat",
+        // tests/muon.rs
+        "muon_state_fixed_traces_iterations",
+        "muon_transpose_symmetry",
+        "muon_planned_matches_composed",
+        "muon_singular_value_band",
+        "muon_zero_gradient_zero_update",
+        "muon_sharding_and_order_invariant",
     ];
     for law in laws::registry() {
         assert!(tested.contains(&law.name), "law {} has no test", law.name);

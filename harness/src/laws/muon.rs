@@ -366,8 +366,8 @@ pub fn jacobi_eigenvalues(a: &[f64], n: usize) -> Vec<f64> {
                 let theta = (a[q * n + q] - a[p * n + p]) / (2.0 * apq);
                 let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
                 let t = if theta == 0.0 { 1.0 } else { t };
-                let (c, s) = (1.0 / (t * t + 1.0).sqrt(), 0.0);
-                let s = if s == 0.0 { t * c } else { s };
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let s = t * c;
                 for k in 0..n {
                     let (akp, akq) = (a[k * n + p], a[k * n + q]);
                     a[k * n + p] = c * akp - s * akq;

@@ -3,6 +3,7 @@
 //!
 //! Names are CLI.md's and stable: other tools look for them.
 
+mod muon_captured_coeffs;
 mod radam_cond_leak;
 mod radam_unsafe_where;
 
@@ -30,9 +31,15 @@ pub struct MutantReport {
     pub seconds: f64,
 }
 
+pub use muon_captured_coeffs::CapturedCoeffs;
+
 /// Every mutant.
 pub fn registry() -> Vec<Mutant> {
-    vec![radam_cond_leak::mutant(), radam_unsafe_where::mutant()]
+    vec![
+        radam_cond_leak::mutant(),
+        radam_unsafe_where::mutant(),
+        muon_captured_coeffs::mutant(),
+    ]
 }
 
 /// Run one mutant against its law.

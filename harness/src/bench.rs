@@ -2,7 +2,10 @@
 //!
 //! Figures (names from CLI.md, stable): area `optim` — `copy_bandwidth_gbps`,
 //! `adam_fused_16m_gbps`, `radam_fused_16m_gbps`, `radam_allocs_per_step`, and the ratios of
-//! the fused rates to the copy bandwidth. Times are medians over repetitions.
+//! the fused rates to the copy bandwidth; area `muon` — `ns5_1024_ms` (5 standard Newton–Schulz
+//! iterations on a 1024x1024 f32 matrix, planned form) and `gemm_1024_gflops` (one 1024^3 f32
+//! product through the same gemm call dfdx makes, `2 n^3` flops per product). Times are medians
+//! over repetitions.
 
 use crate::backend::Array;
 use crate::optim::{AdamHyper, FusedMoments, RadamHyper, Selection};
@@ -44,8 +47,13 @@ pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
 pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
     match area {
         "optim" => optim(quick),
-        "all" => optim(quick),
-        "muon" | "ode" | "cnf" | "stack" => {
+        "muon" => muon(quick),
+        "all" => {
+            let mut v = optim(quick)?;
+            v.extend(muon(quick)?);
+            Ok(v)
+        }
+        "ode" | "cnf" | "stack" => {
             Err(Error::NotImplemented(format!("bench area `{area}`")))
         }
         other => Err(Error::InvalidHyper {
@@ -120,5 +128,43 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
             m.allocations as f64 / steps as f64,
             "allocations",
         ),
+    ])
+}
+
+/// Side of the Newton–Schulz and GEMM figures.
+pub const MUON_N: usize = 1024;
+
+fn muon(quick: bool) -> Result<Vec<Figure>> {
+    use crate::backend::{gemm_into, Operand};
+    use crate::optim::muon::NsPlan;
+    let reps = if quick { 3 } else { 7 };
+    let n = MUON_N;
+    let x: Vec<f32> = (0..n * n).map(|i| ((i as f32) * 0.618).sin()).collect();
+    let mut dst = vec![0.0f32; n * n];
+    let op = |d| Operand {
+        data: d,
+        offset: 0,
+        rs: n,
+        cs: 1,
+    };
+    let mut product = || gemm_into(n, n, n, &mut dst, 0, n, op(&x), op(&x));
+    product();
+    let gemm_s = median_seconds(reps, product);
+    let coeffs = Array::new(vec![3], crate::optim::muon::coeffs::STANDARD.to_vec())?;
+    let mut plan = NsPlan::<f32>::new(n, n);
+    let mut out = vec![0.0f32; n * n];
+    plan.run(&x, &coeffs, 5, 1e-8, &mut out);
+    let ns_s = median_seconds(reps, || {
+        plan.run(&x, &coeffs, 5, 1e-8, &mut out);
+    });
+    std::hint::black_box((&dst, &out));
+    let gflops = 2.0 * (n * n * n) as f64 / gemm_s / 1e9;
+    // a plain iteration is 3 full products; the symmetric one ~2 (A and (cA)A upper halves)
+    let full_products_ms = 15.0 * gemm_s * 1e3;
+    Ok(vec![
+        fig("gemm_1024_gflops", gflops, "GFLOP/s"),
+        fig("ns5_1024_ms", ns_s * 1e3, "ms"),
+        fig("ns5_1024_15_gemms_ms", full_products_ms, "ms"),
+        fig("ns5_1024_vs_15_gemms", ns_s * 1e3 / full_products_ms, "ratio"),
     ])
 }

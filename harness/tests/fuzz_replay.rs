@@ -27,3 +27,9 @@ fn radam_corpus_and_regressions_replay_clean() {
     let n = replay("radam", harness::laws::fuzz::radam);
     assert!(n >= 4, "only {n} inputs replayed");
 }
+
+#[test]
+fn muon_corpus_and_regressions_replay_clean() {
+    let n = replay("muon", harness::laws::fuzz::muon);
+    assert!(n >= 5, "only {n} inputs replayed");
+}

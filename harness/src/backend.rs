@@ -535,15 +535,24 @@ pub fn gemm_into<A: Real>(
         return;
     }
     let last = |o: usize, rs: usize, cs: usize, r: usize, c: usize| o + (r - 1) * rs + (c - 1) * cs;
-    assert!(last(dst_offset, dst_rs, 1, m, n) < dst.len(), "gemm_into: dst");
+    assert!(
+        last(dst_offset, dst_rs, 1, m, n) < dst.len(),
+        "gemm_into: dst"
+    );
     if k == 0 {
         for i in 0..m {
             dst[dst_offset + i * dst_rs..dst_offset + i * dst_rs + n].fill(A::default());
         }
         return;
     }
-    assert!(last(lhs.offset, lhs.rs, lhs.cs, m, k) < lhs.data.len(), "gemm_into: lhs");
-    assert!(last(rhs.offset, rhs.rs, rhs.cs, k, n) < rhs.data.len(), "gemm_into: rhs");
+    assert!(
+        last(lhs.offset, lhs.rs, lhs.cs, m, k) < lhs.data.len(),
+        "gemm_into: lhs"
+    );
+    assert!(
+        last(rhs.offset, rhs.rs, rhs.cs, k, n) < rhs.data.len(),
+        "gemm_into: rhs"
+    );
     // SAFETY: every index the kernel touches lies inside the slices (asserted above); `dst` is
     // borrowed mutably, the operands immutably, so they do not alias.
     unsafe {

@@ -53,9 +53,7 @@ pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
             v.extend(muon(quick)?);
             Ok(v)
         }
-        "ode" | "cnf" | "stack" => {
-            Err(Error::NotImplemented(format!("bench area `{area}`")))
-        }
+        "ode" | "cnf" | "stack" => Err(Error::NotImplemented(format!("bench area `{area}`"))),
         other => Err(Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
@@ -165,6 +163,10 @@ fn muon(quick: bool) -> Result<Vec<Figure>> {
         fig("gemm_1024_gflops", gflops, "GFLOP/s"),
         fig("ns5_1024_ms", ns_s * 1e3, "ms"),
         fig("ns5_1024_15_gemms_ms", full_products_ms, "ms"),
-        fig("ns5_1024_vs_15_gemms", ns_s * 1e3 / full_products_ms, "ratio"),
+        fig(
+            "ns5_1024_vs_15_gemms",
+            ns_s * 1e3 / full_products_ms,
+            "ratio",
+        ),
     ])
 }

@@ -85,9 +85,15 @@ fn muon_planned_newton_schulz_reuses_its_workspace() {
             .1
         };
         let (w1, w3) = (window(1), window(3));
-        assert!(w1.live_delta <= 0 && w3.live_delta <= 0, "{r}x{cl}: {w1:?} {w3:?}");
+        assert!(
+            w1.live_delta <= 0 && w3.live_delta <= 0,
+            "{r}x{cl}: {w1:?} {w3:?}"
+        );
         // rayon's job injection (multi-threaded gemm only) varies by an allocation or two
-        assert!(w3.allocations <= 3 * w1.allocations + 3, "{r}x{cl}: {w1:?} {w3:?}");
+        assert!(
+            w3.allocations <= 3 * w1.allocations + 3,
+            "{r}x{cl}: {w1:?} {w3:?}"
+        );
         let xa = Array::new(vec![r, cl], x.clone()).unwrap();
         let composed = harness::probe::measure(|| orthogonalize_composed(&xa, &c, 5, 1e-8)).1;
         assert!(

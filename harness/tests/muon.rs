@@ -12,7 +12,11 @@ use harness::Error;
 fn assert_law_holds(name: &str) {
     let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
     let r = laws::run(&law, RunConfig::new(None, None));
-    assert!(r.passed, "{name} failed:\n{}", r.counterexample.unwrap_or_default());
+    assert!(
+        r.passed,
+        "{name} failed:\n{}",
+        r.counterexample.unwrap_or_default()
+    );
 }
 
 #[test]
@@ -59,7 +63,10 @@ fn captured_coeffs_mutant_is_caught_with_small_counterexample() {
 
 fn params() -> Tree<f64> {
     Tree::from_leaves([
-        ("w".to_string(), Array::new(vec![3, 2], vec![0.1, -0.2, 0.3, 0.4, -0.5, 0.6]).unwrap()),
+        (
+            "w".to_string(),
+            Array::new(vec![3, 2], vec![0.1, -0.2, 0.3, 0.4, -0.5, 0.6]).unwrap(),
+        ),
         ("b".to_string(), Array::vector(vec![0.5, -0.5])),
     ])
     .unwrap()
@@ -70,20 +77,44 @@ fn invalid_coefficients_are_typed_errors_from_init() {
     for (spec, steps) in [
         (CoeffSpec::single([1.0, f64::INFINITY, 0.0]), 5),
         (CoeffSpec::rows(&[[1.0, 0.0, 0.0]; 6]), 5),
-        (CoeffSpec::Raw { shape: vec![2, 2], data: vec![0.0; 4] }, 5),
+        (
+            CoeffSpec::Raw {
+                shape: vec![2, 2],
+                data: vec![0.0; 4],
+            },
+            5,
+        ),
         (CoeffSpec::Preset("polar".into()), 5),
         (CoeffSpec::Preset("dion".into()), 3),
     ] {
-        let opt = Muon::new(MuonHyper { ns_coeffs: spec.clone(), ns_steps: steps, ..MuonHyper::new(0.02) }).unwrap();
+        let opt = Muon::new(MuonHyper {
+            ns_coeffs: spec.clone(),
+            ns_steps: steps,
+            ..MuonHyper::new(0.02)
+        })
+        .unwrap();
         let e = Transform::<f64>::init(&opt, &params()).unwrap_err();
-        assert!(matches!(e, Error::InvalidHyper { name: "ns_coeffs", .. }), "{spec:?}: {e}");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidHyper {
+                    name: "ns_coeffs",
+                    ..
+                }
+            ),
+            "{spec:?}: {e}"
+        );
     }
 }
 
 #[test]
 fn dion_preset_values_are_optax_values() {
     // optax 0.2.8 _DION_NS_COEFFS (ALGORITHMS.md §3), first and last rows.
-    let opt = Muon::new(MuonHyper { ns_coeffs: CoeffSpec::Preset("dion".into()), ..MuonHyper::new(0.02) }).unwrap();
+    let opt = Muon::new(MuonHyper {
+        ns_coeffs: CoeffSpec::Preset("dion".into()),
+        ..MuonHyper::new(0.02)
+    })
+    .unwrap();
     let s = Transform::<f64>::init(&opt, &params()).unwrap();
     assert_eq!(s.ns_coeffs.shape(), &[5, 3]);
     assert_eq!(&s.ns_coeffs.data()[..3], &[4.0848, -6.8946, 2.9270]);
@@ -109,7 +140,12 @@ fn golden_muon_cases_pass() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden");
     let mut n = 0;
     for f in harness::golden::collect(&[root]).unwrap() {
-        if !f.file_name().unwrap().to_string_lossy().starts_with("muon-") {
+        if !f
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("muon-")
+        {
             continue;
         }
         let r = harness::golden::replay(&harness::golden::load(&f).unwrap()).unwrap();

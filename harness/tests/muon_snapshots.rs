@@ -29,7 +29,9 @@ fn singular_value_bands_per_preset() {
             ..MuonHyper::new(0.02)
         })
         .unwrap();
-        let c = Transform::<f64>::init(&opt, &Tree::new()).unwrap().ns_coeffs;
+        let c = Transform::<f64>::init(&opt, &Tree::new())
+            .unwrap()
+            .ns_coeffs;
         // theory: P over [floor, 1] on a grid of 1e5 points
         let grid = (0..=100_000).map(|i| {
             let s = BAND_INPUT_FLOOR + (1.0 - BAND_INPUT_FLOOR) * i as f64 / 1e5;
@@ -38,9 +40,17 @@ fn singular_value_bands_per_preset() {
         let (pmin, pmax) = grid.fold((f64::MAX, f64::MIN), |(a, b), y| (a.min(y), b.max(y)));
         // observation: Gaussian m x 2m .. m x 48 inputs, f64, planned form
         let (mut omin, mut omax) = (f64::MAX, f64::MIN);
-        for (seed, (m, n)) in [(1, 8), (4, 8), (4, 48), (8, 16), (12, 48), (16, 32), (24, 48)]
-            .into_iter()
-            .enumerate()
+        for (seed, (m, n)) in [
+            (1, 8),
+            (4, 8),
+            (4, 48),
+            (8, 16),
+            (12, 48),
+            (16, 32),
+            (24, 48),
+        ]
+        .into_iter()
+        .enumerate()
         {
             let x = gaussian(seed as u64, m * n);
             let mut out = vec![0.0; m * n];
@@ -117,7 +127,10 @@ muon_updates_snapshot!(muon_first_6_updates_f64, f64);
 fn muon_state_signature() {
     let p = Tree::from_leaves([
         ("b".to_string(), Array::vector(vec![half::f16::ZERO; 4])),
-        ("w".to_string(), Array::new(vec![2, 3], vec![half::f16::ZERO; 6]).unwrap()),
+        (
+            "w".to_string(),
+            Array::new(vec![2, 3], vec![half::f16::ZERO; 6]).unwrap(),
+        ),
     ])
     .unwrap();
     let std = Muon::new(MuonHyper::new(0.02)).unwrap();

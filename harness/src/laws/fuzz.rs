@@ -155,9 +155,16 @@ fn muon_e<E: crate::backend::Float>(input: &MuonInput) -> Result<(), String> {
     let nb = (input.bias % 8) as usize;
     let val = |v: &[f64], i: usize| if v.is_empty() { 0.0 } else { v[i % v.len()] };
     let mk = |v: &[f64], off: usize| -> Tree<E> {
-        let w = Array::new(vec![r, c], (0..r * c).map(|i| E::of_f64(val(v, off + i))).collect())
-            .expect("sized");
-        let b = Array::vector((0..nb).map(|i| E::of_f64(val(v, off + r * c + i))).collect());
+        let w = Array::new(
+            vec![r, c],
+            (0..r * c).map(|i| E::of_f64(val(v, off + i))).collect(),
+        )
+        .expect("sized");
+        let b = Array::vector(
+            (0..nb)
+                .map(|i| E::of_f64(val(v, off + r * c + i)))
+                .collect(),
+        );
         Tree::from_leaves([("b".to_string(), b), ("w".to_string(), w)]).expect("two leaves")
     };
     let mut params = mk(&input.params, 0);
@@ -165,7 +172,12 @@ fn muon_e<E: crate::backend::Float>(input: &MuonInput) -> Result<(), String> {
     let state = match (Transform::<E>::init(&muon, &params), &valid) {
         (Ok(s), Ok(_)) => s,
         (Err(crate::Error::InvalidHyper { name, .. }), _) if name != "ns_coeffs" => return Ok(()),
-        (Err(crate::Error::InvalidHyper { name: "ns_coeffs", .. }), Err(_)) => return Ok(()),
+        (
+            Err(crate::Error::InvalidHyper {
+                name: "ns_coeffs", ..
+            }),
+            Err(_),
+        ) => return Ok(()),
         (got, _) => {
             return Err(format!(
                 "init: {:?} but coefficient validation says {:?}",
@@ -179,8 +191,8 @@ fn muon_e<E: crate::backend::Float>(input: &MuonInput) -> Result<(), String> {
     let bits0: Vec<u64> = state.ns_coeffs.data().iter().map(|x| x.to_bits()).collect();
     let mut p_sharded = params.clone();
     let k = 1 + (input.shards % 4) as usize;
-    let mut sharded = MuonStepper::new(&muon, &params, Sharding::round_robin(k))
-        .map_err(|e| e.to_string())?;
+    let mut sharded =
+        MuonStepper::new(&muon, &params, Sharding::round_robin(k)).map_err(|e| e.to_string())?;
     let mut st = state;
     for t in 0..(input.steps % 4) as usize + 1 {
         let g = mk(&input.grads, t * (r * c + nb));
@@ -189,14 +201,24 @@ fn muon_e<E: crate::backend::Float>(input: &MuonInput) -> Result<(), String> {
         if !d.is_empty() {
             return Err(format!("step {t}: signature changed: {d}"));
         }
-        if next.ns_coeffs.data().iter().map(|x| x.to_bits()).ne(bits0.iter().copied()) {
+        if next
+            .ns_coeffs
+            .data()
+            .iter()
+            .map(|x| x.to_bits())
+            .ne(bits0.iter().copied())
+        {
             return Err(format!("step {t}: ns_coeffs changed"));
         }
-        let us = sharded.step(&mut p_sharded, &g).map_err(|e| e.to_string())?;
+        let us = sharded
+            .step(&mut p_sharded, &g)
+            .map_err(|e| e.to_string())?;
         super::bitwise_equal(&format!("step {t} sharded updates"), &us, &u)?;
         for (leaf, k) in &sharded.last_info().iterations {
             if *k != want_iters {
-                return Err(format!("step {t}: {leaf} ran {k} iterations, want {want_iters}"));
+                return Err(format!(
+                    "step {t}: {leaf} ran {k} iterations, want {want_iters}"
+                ));
             }
         }
         params = crate::tree::apply_updates(&params, &u).map_err(|e| e.to_string())?;

@@ -194,14 +194,19 @@ fn state_fixed_e<E: Float>(case: &MuonCase) -> Result<(), String> {
             return Err(format!("step {t}: state signature changed: {d}"));
         }
         if bits(&next.ns_coeffs) != bits(&c0) {
-            return Err(format!("step {t}: ns_coeffs changed: {:?} -> {:?}", c0, next.ns_coeffs));
+            return Err(format!(
+                "step {t}: ns_coeffs changed: {:?} -> {:?}",
+                c0, next.ns_coeffs
+            ));
         }
         st = next;
         stepper.step(&mut params, &g).map_err(err)?;
         let want = case.coeffs.expected_iterations();
         for (leaf, k) in &stepper.last_info().iterations {
             if *k != want {
-                return Err(format!("step {t}: leaf {leaf} ran {k} iterations, want {want}"));
+                return Err(format!(
+                    "step {t}: leaf {leaf} ran {k} iterations, want {want}"
+                ));
             }
         }
     }
@@ -281,7 +286,10 @@ fn transpose_e<A: Real>(case: &MatCase) -> Result<(), String> {
     let (spec, steps) = case.coeffs.spec();
     let c = PerUse.convert::<A>(&coeffs::build(&spec, steps).map_err(err)?);
     let (r, cl) = (case.rows, case.cols);
-    let x: Vec<A> = gaussian(case.seed, r * cl).into_iter().map(A::of_f64).collect();
+    let x: Vec<A> = gaussian(case.seed, r * cl)
+        .into_iter()
+        .map(A::of_f64)
+        .collect();
     let xt = newton_schulz::transpose(&x, r, cl);
     let eps = A::of_f64(1e-8);
     let run = |data: &[A], rr: usize, cc: usize| {
@@ -291,10 +299,17 @@ fn transpose_e<A: Real>(case: &MatCase) -> Result<(), String> {
     };
     let (o, k1) = run(&x, r, cl);
     let (ot, k2) = run(&xt, cl, r);
-    let (_, k3) = orthogonalize_composed(&Array::new(vec![r, cl], x.clone()).expect("sized"), &c, steps, eps);
+    let (_, k3) = orthogonalize_composed(
+        &Array::new(vec![r, cl], x.clone()).expect("sized"),
+        &c,
+        steps,
+        eps,
+    );
     let want = case.coeffs.expected_iterations();
     if [k1, k2, k3] != [want; 3] {
-        return Err(format!("iterations {k1}, {k2} (planned), {k3} (composed); want {want}"));
+        return Err(format!(
+            "iterations {k1}, {k2} (planned), {k3} (composed); want {want}"
+        ));
     }
     let o_t = newton_schulz::transpose(&o, r, cl);
     let bound = if r == cl {
@@ -331,15 +346,21 @@ fn planned_e<A: Real>(case: &MatCase) -> Result<(), String> {
     let (spec, steps) = case.coeffs.spec();
     let c = PerUse.convert::<A>(&coeffs::build(&spec, steps).map_err(err)?);
     let (r, cl) = (case.rows, case.cols);
-    let x: Vec<A> = gaussian(case.seed, r * cl).into_iter().map(A::of_f64).collect();
+    let x: Vec<A> = gaussian(case.seed, r * cl)
+        .into_iter()
+        .map(A::of_f64)
+        .collect();
     let eps = A::of_f64(1e-8);
     let mut out = vec![A::default(); x.len()];
     NsPlan::new(r, cl).run(&x, &c, steps, eps, &mut out);
-    let (want, _) = orthogonalize_composed(&Array::new(vec![r, cl], x).expect("sized"), &c, steps, eps);
+    let (want, _) =
+        orthogonalize_composed(&Array::new(vec![r, cl], x).expect("sized"), &c, steps, eps);
     let bound = PLANNED_ULPS_PER_M * r.min(cl) as f64 * A::epsilon().as_f64();
     for (i, (p, q)) in out.iter().zip(want.data()).enumerate() {
         if (p.as_f64() - q.as_f64()).abs() > bound {
-            return Err(format!("{r}x{cl}: planned[{i}] = {p:?}, composed = {q:?} (bound {bound:e})"));
+            return Err(format!(
+                "{r}x{cl}: planned[{i}] = {p:?}, composed = {q:?} (bound {bound:e})"
+            ));
         }
     }
     Ok(())
@@ -390,7 +411,11 @@ pub fn jacobi_eigenvalues(a: &[f64], n: usize) -> Vec<f64> {
 /// (on the smaller side), ascending.
 pub fn singular_values(x: &[f64], r: usize, c: usize) -> Vec<f64> {
     let (m, n, t) = newton_schulz::sides(r, c);
-    let x = if t { newton_schulz::transpose(x, r, c) } else { x.to_vec() };
+    let x = if t {
+        newton_schulz::transpose(x, r, c)
+    } else {
+        x.to_vec()
+    };
     let mut g = vec![0.0; m * m];
     for i in 0..m {
         for j in 0..m {
@@ -438,9 +463,21 @@ pub struct BandCase {
 pub fn band_case() -> impl Strategy<Value = BandCase> {
     (any::<bool>(), 1usize..=16, any::<bool>(), any::<u64>())
         .prop_flat_map(|(dion, m, tall, seed)| {
-            (Just(dion), Just(m), (2 * m).max(2)..=48, Just(tall), Just(seed))
+            (
+                Just(dion),
+                Just(m),
+                (2 * m).max(2)..=48,
+                Just(tall),
+                Just(seed),
+            )
         })
-        .prop_map(|(dion, m, n, tall, seed)| BandCase { dion, m, n, tall, seed })
+        .prop_map(|(dion, m, n, tall, seed)| BandCase {
+            dion,
+            m,
+            n,
+            tall,
+            seed,
+        })
 }
 
 /// For Gaussian inputs with `n >= 2m` (f64): every singular value of the orthogonalised output
@@ -448,7 +485,11 @@ pub fn band_case() -> impl Strategy<Value = BandCase> {
 /// the normalised input singular values within `1e-9` (the iteration acts on each singular value
 /// independently).
 pub fn singular_value_band(case: &BandCase) -> Result<(), String> {
-    let (r, c) = if case.tall { (case.n, case.m) } else { (case.m, case.n) };
+    let (r, c) = if case.tall {
+        (case.n, case.m)
+    } else {
+        (case.m, case.n)
+    };
     let (spec, steps, band) = if case.dion {
         (CoeffSpec::Preset("dion".into()), 5, DION_BAND)
     } else {
@@ -464,11 +505,16 @@ pub fn singular_value_band(case: &BandCase) -> Result<(), String> {
         return Ok(()); // outside the band's input domain (does not happen for n >= 2m in practice)
     }
     let s_out = singular_values(&out, r, c);
-    let mut want: Vec<f64> = s_in.iter().map(|s| ns_polynomial(&coeffs, steps, s / norm)).collect();
+    let mut want: Vec<f64> = s_in
+        .iter()
+        .map(|s| ns_polynomial(&coeffs, steps, s / norm))
+        .collect();
     want.sort_by(|a, b| a.total_cmp(b));
     for (i, (&got, &w)) in s_out.iter().zip(&want).enumerate() {
         if !(band.0..=band.1).contains(&got) {
-            return Err(format!("{r}x{c}: singular value {i} = {got} outside {band:?}"));
+            return Err(format!(
+                "{r}x{c}: singular value {i} = {got} outside {band:?}"
+            ));
         }
         if (got - w).abs() > 1e-9 {
             return Err(format!("{r}x{c}: singular value {i} = {got}, P(s) = {w}"));
@@ -528,7 +574,10 @@ pub struct ShardCase {
 }
 
 pub fn shard_case() -> impl Strategy<Value = ShardCase> {
-    let group = (dtype_strategy(), prop::collection::vec(shape_strategy(), 1..4))
+    let group = (
+        dtype_strategy(),
+        prop::collection::vec(shape_strategy(), 1..4),
+    )
         .prop_map(|(dtype, shapes)| Group { dtype, shapes });
     (
         prop::collection::vec(group, 1..4),
@@ -550,15 +599,17 @@ pub fn shard_case() -> impl Strategy<Value = ShardCase> {
                 Just(seed),
             )
         })
-        .prop_map(|(groups, order, shards, assign, coeffs, steps, seed)| ShardCase {
-            groups,
-            order,
-            shards,
-            assign,
-            coeffs,
-            steps,
-            seed,
-        })
+        .prop_map(
+            |(groups, order, shards, assign, coeffs, steps, seed)| ShardCase {
+                groups,
+                order,
+                shards,
+                assign,
+                coeffs,
+                steps,
+                seed,
+            },
+        )
 }
 
 /// The bits of every update and of the final parameters of a group run.
@@ -575,9 +626,16 @@ fn run_group<E: Float, P: CoeffPolicy>(
     for t in 1..=steps {
         let g = tree::<E>(shapes, seed ^ (t as u64 * 131), 1.0);
         let u = stepper.step(&mut params, &g).map_err(err)?;
-        bits.extend(u.iter().flat_map(|(_, a)| a.data().iter().map(|x| x.bits())));
+        bits.extend(
+            u.iter()
+                .flat_map(|(_, a)| a.data().iter().map(|x| x.bits())),
+        );
     }
-    bits.extend(params.iter().flat_map(|(_, a)| a.data().iter().map(|x| x.bits())));
+    bits.extend(
+        params
+            .iter()
+            .flat_map(|(_, a)| a.data().iter().map(|x| x.bits())),
+    );
     Ok(bits)
 }
 

@@ -70,7 +70,10 @@ pub(crate) fn build(spec: &CoeffSpec, ns_steps: usize) -> Result<Array<f64>> {
     let (shape, data) = match spec {
         CoeffSpec::Preset(name) => match name.as_str() {
             "standard" => (vec![3], STANDARD.to_vec()),
-            "dion" => (vec![DION.len(), 3], DION.iter().flatten().copied().collect()),
+            "dion" => (
+                vec![DION.len(), 3],
+                DION.iter().flatten().copied().collect(),
+            ),
             other => {
                 return Err(bad(
                     format!("{other:?}"),
@@ -82,7 +85,10 @@ pub(crate) fn build(spec: &CoeffSpec, ns_steps: usize) -> Result<Array<f64>> {
     };
     let ok_shape = matches!(shape.as_slice(), [3] | [_, 3]);
     if !ok_shape {
-        return Err(bad(format!("shape {shape:?}"), "shape must be (3,) or (k, 3)"));
+        return Err(bad(
+            format!("shape {shape:?}"),
+            "shape must be (3,) or (k, 3)",
+        ));
     }
     if shape.len() == 2 && shape[0] > ns_steps {
         return Err(bad(
@@ -90,7 +96,8 @@ pub(crate) fn build(spec: &CoeffSpec, ns_steps: usize) -> Result<Array<f64>> {
             &format!("k = {} rows need k <= ns_steps = {ns_steps}", shape[0]),
         ));
     }
-    let arr = Array::new(shape, data).map_err(|e| bad(e.to_string(), "data must fill the shape"))?;
+    let arr =
+        Array::new(shape, data).map_err(|e| bad(e.to_string(), "data must fill the shape"))?;
     if let Some(x) = arr.data().iter().find(|x| !x.is_finite()) {
         return Err(bad(format!("{x}"), "every coefficient must be finite"));
     }
@@ -143,12 +150,27 @@ mod tests {
     fn non_finite_and_bad_shapes_are_typed_errors() {
         for spec in [
             CoeffSpec::single([1.0, f64::NAN, 0.0]),
-            CoeffSpec::Raw { shape: vec![4], data: vec![0.0; 4] },
-            CoeffSpec::Raw { shape: vec![1, 3, 1], data: vec![0.0; 3] },
-            CoeffSpec::Raw { shape: vec![3], data: vec![0.0; 2] },
+            CoeffSpec::Raw {
+                shape: vec![4],
+                data: vec![0.0; 4],
+            },
+            CoeffSpec::Raw {
+                shape: vec![1, 3, 1],
+                data: vec![0.0; 3],
+            },
+            CoeffSpec::Raw {
+                shape: vec![3],
+                data: vec![0.0; 2],
+            },
             CoeffSpec::Preset("muon".into()),
         ] {
-            assert!(matches!(build(&spec, 5), Err(Error::InvalidHyper { name: "ns_coeffs", .. })));
+            assert!(matches!(
+                build(&spec, 5),
+                Err(Error::InvalidHyper {
+                    name: "ns_coeffs",
+                    ..
+                })
+            ));
         }
     }
 

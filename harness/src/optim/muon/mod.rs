@@ -239,7 +239,8 @@ impl<E: Float, P: CoeffPolicy> Transform<E> for Muon<P> {
         params: &Tree<E>,
     ) -> Result<(Tree<E>, Self::State)> {
         let mut plans = shard::fresh_plans(1);
-        let (u, s, _) = self.update_sharded(grads, state, params, &Sharding::single(), &mut plans)?;
+        let (u, s, _) =
+            self.update_sharded(grads, state, params, &Sharding::single(), &mut plans)?;
         Ok((u, s))
     }
 }

@@ -62,7 +62,11 @@ pub fn orthogonalize_composed<A: Real>(
         x = x.clone() * a + bm.matmul(&x);
     }
     let out = x.to_vec();
-    let out = if transposed { transpose(&out, m, n) } else { out };
+    let out = if transposed {
+        transpose(&out, m, n)
+    } else {
+        out
+    };
     (
         Array::new(vec![rows, cols], out).expect("shape preserved"),
         iters,
@@ -146,7 +150,7 @@ impl<A: Real> NsPlan<A> {
         }
         let sum_sq = self.x.iter().fold(A::default(), |s, &v| s + v * v);
         let denom = sum_sq.sqrt() + eps;
-        self.x.iter_mut().for_each(|v| *v = *v / denom);
+        self.x.iter_mut().for_each(|v| *v /= denom);
         let iters = coeffs::iterations(coeffs, ns_steps);
         for i in 0..iters {
             let [a, b, c] = coeffs::row(coeffs, i).map(A::of_f64);
@@ -264,7 +268,9 @@ mod tests {
         let mut s = seed;
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 11) as f64 / (1u64 << 53) as f64) - 0.5
             })
             .collect()

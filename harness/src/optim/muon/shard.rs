@@ -49,7 +49,9 @@ pub type Plans<A> = Stage<NsPlan<A>>;
 
 /// `k` empty plan caches.
 pub fn fresh_plans<A>(k: usize) -> Vec<Plans<A>> {
-    (0..k).map(|s| Stage::new(format!("muon_ns[shard {s}]"))).collect()
+    (0..k)
+        .map(|s| Stage::new(format!("muon_ns[shard {s}]")))
+        .collect()
 }
 
 /// A leaf's signature, matched without allocating.
@@ -65,6 +67,9 @@ impl<E: Float> HasSignature for LeafShape<'_, E> {
         matches!(sig.leaves(), [(_, l)] if l.dtype == E::DTYPE && !l.weak && l.shape == self.0.shape())
     }
 }
+
+/// The outputs of one shard: `(leaf index, output)` pairs, or its first error.
+type ShardResult<E> = Result<Vec<(usize, LeafOut<E>)>>;
 
 enum LeafOut<E: Float> {
     Muon {
@@ -116,7 +121,7 @@ impl<P: CoeffPolicy> Muon<P> {
             .zip(params.0.values())
             .map(|((k, g), p)| (k, g, p))
             .collect();
-        let run_shard = |s: usize, plans: &mut Plans<E::Acc>| -> Result<Vec<(usize, LeafOut<E>)>> {
+        let run_shard = |s: usize, plans: &mut Plans<E::Acc>| -> ShardResult<E> {
             let mut outs = Vec::new();
             for (i, (name, g, p)) in leaves.iter().enumerate() {
                 if sharding.shard_of(i) != s {
@@ -125,13 +130,19 @@ impl<P: CoeffPolicy> Muon<P> {
                 let o = if is_muon_leaf(g.shape()) {
                     self.muon_leaf(g, &state.mu.0[*name], p, t, &state.ns_coeffs, plans)?
                 } else {
-                    self.adam_leaf(g, &state.adam.mu.0[*name], &state.adam.nu.0[*name], p, t_adam)?
+                    self.adam_leaf(
+                        g,
+                        &state.adam.mu.0[*name],
+                        &state.adam.nu.0[*name],
+                        p,
+                        t_adam,
+                    )?
                 };
                 outs.push((i, o));
             }
             Ok(outs)
         };
-        let per_shard: Vec<Result<Vec<(usize, LeafOut<E>)>>> = if sharding.shards == 1 {
+        let per_shard: Vec<ShardResult<E>> = if sharding.shards == 1 {
             vec![run_shard(0, &mut plans[0])]
         } else {
             std::thread::scope(|scope| {
@@ -155,7 +166,8 @@ impl<P: CoeffPolicy> Muon<P> {
                 slots[i] = Some(o);
             }
         }
-        let (mut out, mut mu, mut amu, mut anu) = (Tree::new(), Tree::new(), Tree::new(), Tree::new());
+        let (mut out, mut mu, mut amu, mut anu) =
+            (Tree::new(), Tree::new(), Tree::new(), Tree::new());
         let mut info = UpdateInfo::default();
         for ((name, _, _), slot) in leaves.iter().zip(slots) {
             match slot.expect("every leaf belongs to a shard") {
@@ -168,7 +180,11 @@ impl<P: CoeffPolicy> Muon<P> {
                     mu.0.insert((*name).clone(), m);
                     info.iterations.push(((*name).clone(), iterations));
                 }
-                LeafOut::Adam { out: o, mu: m, nu: v } => {
+                LeafOut::Adam {
+                    out: o,
+                    mu: m,
+                    nu: v,
+                } => {
                     out.0.insert((*name).clone(), o);
                     amu.0.insert((*name).clone(), m);
                     anu.0.insert((*name).clone(), v);
@@ -202,14 +218,26 @@ impl<P: CoeffPolicy> Muon<P> {
         let mh = h.momentum();
         let (c, s) = (mh.consts::<E::Acc>(), mh.scalars::<E::Acc>(t));
         let dev = device();
-        let (m_t, m_hat) = composed_momentum(&dev, &c, &s, Ten::from_array(&dev, &g.map(|x| x.to_acc())), m);
+        let (m_t, m_hat) = composed_momentum(
+            &dev,
+            &c,
+            &s,
+            Ten::from_array(&dev, &g.map(|x| x.to_acc())),
+            m,
+        );
         let shape = g.shape();
         let (rows, cols) = (shape[0], shape[1]);
         let m_hat = m_hat.to_array(shape)?;
         let coeffs = self.policy.convert::<E::Acc>(state_coeffs);
         let plan = plans.call(0, &LeafShape(g), |_| Ok(NsPlan::new(rows, cols)))?;
         let mut x = vec![<E::Acc>::default(); m_hat.len()];
-        let iterations = plan.run(m_hat.data(), &coeffs, h.ns_steps, <E::Acc>::of_f64(h.eps), &mut x);
+        let iterations = plan.run(
+            m_hat.data(),
+            &coeffs,
+            h.ns_steps,
+            <E::Acc>::of_f64(h.eps),
+            &mut x,
+        );
         let scale = <E::Acc>::of_f64(shape_scale(rows, cols));
         let wd = <E::Acc>::of_f64(h.weight_decay);
         let out: Vec<E> = x
@@ -264,7 +292,11 @@ pub fn shape_scale(rows: usize, cols: usize) -> f64 {
     (cols as f64 / rows as f64).max(1.0).sqrt()
 }
 
-fn check_inputs<E: Float, A: Real>(grads: &Tree<E>, state: &MuonState<A>, params: &Tree<E>) -> Result<()> {
+fn check_inputs<E: Float, A: Real>(
+    grads: &Tree<E>,
+    state: &MuonState<A>,
+    params: &Tree<E>,
+) -> Result<()> {
     grads.check_like(params, "params")?;
     let known = state.mu.len() + state.adam.mu.len();
     if known != grads.len() {
@@ -324,9 +356,13 @@ impl<'m, E: Float, P: CoeffPolicy> MuonStepper<'m, E, P> {
         })
     }
     pub fn step(&mut self, params: &mut Tree<E>, grads: &Tree<E>) -> Result<Tree<E>> {
-        let (u, s, info) =
-            self.muon
-                .update_sharded(grads, &self.state, params, &self.sharding, &mut self.plans)?;
+        let (u, s, info) = self.muon.update_sharded(
+            grads,
+            &self.state,
+            params,
+            &self.sharding,
+            &mut self.plans,
+        )?;
         *params = crate::tree::apply_updates(params, &u)?;
         self.state = s;
         self.last = info;

@@ -207,9 +207,15 @@ impl<A: Real> NsPlan<A> {
 /// recursive halving (off-diagonal blocks are one GEMM each), then mirrored.
 fn sym_product<A: Real>(dst: &mut [A], l: &[A], r: &[A], m: usize, k: usize) {
     upper(dst, l, r, m, k, 0, m);
-    for i in 0..m {
-        for j in 0..i {
-            dst[i * m + j] = dst[j * m + i];
+    // mirror in 32x32 tiles: a row-by-row mirror reads a column per row, one cache line per element
+    const TILE: usize = 32;
+    for ib in (0..m).step_by(TILE) {
+        for jb in (0..=ib).step_by(TILE) {
+            for i in ib..(ib + TILE).min(m) {
+                for j in jb..(jb + TILE).min(i) {
+                    dst[i * m + j] = dst[j * m + i];
+                }
+            }
         }
     }
 }

@@ -352,7 +352,10 @@ fn planned_e<A: Real>(case: &MatCase) -> Result<(), String> {
         .collect();
     let eps = A::of_f64(1e-8);
     let mut out = vec![A::default(); x.len()];
-    NsPlan::new(r, cl).run(&x, &c, steps, eps, &mut out);
+    // small diagonal blocks, so that the recursive symmetric product is exercised at these sizes
+    NsPlan::new(r, cl)
+        .with_sym_block(1 + case.seed as usize % 8)
+        .run(&x, &c, steps, eps, &mut out);
     let (want, _) =
         orthogonalize_composed(&Array::new(vec![r, cl], x).expect("sized"), &c, steps, eps);
     let bound = PLANNED_ULPS_PER_M * r.min(cl) as f64 * A::epsilon().as_f64();

@@ -82,8 +82,12 @@ pub fn transpose<A: Copy>(x: &[A], r: usize, c: usize) -> Vec<A> {
     out
 }
 
-/// Below this many rows a diagonal block of a symmetric product is one full GEMM.
-const SYM_BLOCK: usize = 128;
+/// Below this many rows a diagonal block of a symmetric product is one full GEMM. gemm 0.15 runs
+/// products with a transposed right operand (`L R^T`) about half as fast as plain ones (bench
+/// area `muon`, 1024^3 f32: 554 ms for 5 iterations of full `X X^T` products vs 252 ms for 15 plain
+/// products), which eats most of the halved flops; one level of splitting at 1024 measured best
+/// (258 ms vs 271 ms with 128-row blocks).
+pub const SYM_BLOCK: usize = 512;
 
 /// The planned form: workspace for one matrix shape.
 pub struct NsPlan<A> {
@@ -102,6 +106,8 @@ pub struct NsPlan<A> {
     ca: Vec<A>,
     /// `B`, `m x m`
     b: Vec<A>,
+    /// Diagonal block size of the symmetric products.
+    block: usize,
 }
 
 impl<A: Real> NsPlan<A> {
@@ -120,7 +126,15 @@ impl<A: Real> NsPlan<A> {
             a: vec![z; m * m],
             ca: vec![z; m * m],
             b: vec![z; m * m],
+            block: SYM_BLOCK,
         }
+    }
+
+    /// Use diagonal blocks of `block` rows (at least 1) in the symmetric products (tests use
+    /// small blocks to exercise the recursion on small matrices).
+    pub fn with_sym_block(mut self, block: usize) -> Self {
+        self.block = block.max(1);
+        self
     }
 
     pub fn shape(&self) -> (usize, usize) {
@@ -155,12 +169,12 @@ impl<A: Real> NsPlan<A> {
         for i in 0..iters {
             let [a, b, c] = coeffs::row(coeffs, i).map(A::of_f64);
             // A = X X^T (upper triangle, mirrored)
-            sym_product(&mut self.a, &self.x, &self.x, m, n);
+            sym_product(&mut self.a, &self.x, &self.x, m, n, self.block);
             // B = b A + (c A) A
             for (ca, &av) in self.ca.iter_mut().zip(&self.a) {
                 *ca = av * c;
             }
-            sym_product(&mut self.b, &self.ca, &self.a, m, m);
+            sym_product(&mut self.b, &self.ca, &self.a, m, m, self.block);
             for (bv, &av) in self.b.iter_mut().zip(&self.a) {
                 *bv = av * b + *bv;
             }
@@ -205,8 +219,8 @@ impl<A: Real> NsPlan<A> {
 /// `dst (m x m) = L R^T` for row-major `L, R` of shape `m x k`, when the product is known to be
 /// symmetric (`X X^T`, or `(cA) A` with `A` symmetric): only the upper triangle is computed, by
 /// recursive halving (off-diagonal blocks are one GEMM each), then mirrored.
-fn sym_product<A: Real>(dst: &mut [A], l: &[A], r: &[A], m: usize, k: usize) {
-    upper(dst, l, r, m, k, 0, m);
+fn sym_product<A: Real>(dst: &mut [A], l: &[A], r: &[A], m: usize, k: usize, bs: usize) {
+    upper(dst, l, r, m, k, 0, m, bs);
     // mirror in 32x32 tiles: a row-by-row mirror reads a column per row, one cache line per element
     const TILE: usize = 32;
     for ib in (0..m).step_by(TILE) {
@@ -220,14 +234,24 @@ fn sym_product<A: Real>(dst: &mut [A], l: &[A], r: &[A], m: usize, k: usize) {
     }
 }
 
-fn upper<A: Real>(dst: &mut [A], l: &[A], r: &[A], m: usize, k: usize, lo: usize, hi: usize) {
-    if hi - lo <= SYM_BLOCK {
+#[allow(clippy::too_many_arguments)]
+fn upper<A: Real>(
+    dst: &mut [A],
+    l: &[A],
+    r: &[A],
+    m: usize,
+    k: usize,
+    lo: usize,
+    hi: usize,
+    bs: usize,
+) {
+    if hi - lo <= bs {
         block(dst, l, r, m, k, lo, hi, lo, hi);
         return;
     }
     let mid = lo + (hi - lo) / 2;
-    upper(dst, l, r, m, k, lo, mid);
-    upper(dst, l, r, m, k, mid, hi);
+    upper(dst, l, r, m, k, lo, mid, bs);
+    upper(dst, l, r, m, k, mid, hi, bs);
     block(dst, l, r, m, k, lo, mid, mid, hi);
 }
 
@@ -288,7 +312,7 @@ mod tests {
         for (r, cl) in [(3, 5), (7, 2), (4, 4), (200, 150)] {
             let x = Array::new(vec![r, cl], gauss(r * cl, 7)).unwrap();
             let (want, k) = orthogonalize_composed(&x, &c, 5, 1e-8);
-            let mut plan = NsPlan::new(r, cl);
+            let mut plan = NsPlan::new(r, cl).with_sym_block(16);
             let mut out = vec![0.0; r * cl];
             assert_eq!(plan.run(x.data(), &c, 5, 1e-8, &mut out), k);
             for (p, q) in out.iter().zip(want.data()) {

@@ -86,7 +86,7 @@ pub trait Float:
 /// An arithmetic type (f32 or f64): a [`Float`] that is its own accumulator and that dfdx can
 /// compute with (see [`Ten`]).
 pub trait Real:
-    Float<Acc = Self> + num_traits::Float + Send + Sync + std::iter::Sum + DfdxOps
+    Float<Acc = Self> + num_traits::Float + Send + Sync + std::iter::Sum + DfdxOps + DfdxMatOps
 {
 }
 impl Real for f32 {}
@@ -386,3 +386,203 @@ impl<E: Float> Array<E> {
         self.map(|x| F::of_f64(x.as_f64()))
     }
 }
+
+// -------------------------------------------------------------------------------------------------
+// Matrices: dfdx 2-D tensors for the composed Newton–Schulz form, and the same GEMM kernel called
+// directly into planned buffers for the fused form.
+//
+// Quirks kept here: dfdx 0.13 lowers every CPU matmul to `gemm::gemm(m, n, k, dst, dst_cs,
+// dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, alpha, beta, ..,
+// Parallelism::Rayon(current_num_threads))`; [`gemm_into`] issues exactly that call, so a planned
+// product over the same operands is the dfdx one. gemm 0.15 itself allocates per call: a
+// `did_pack_lhs` flag vector (`mc/MR` bytes) and, when it packs the right operand, the packed
+// panel; both are freed before it returns. A transposed operand is a
+// stride swap (`permute`), never a copy.
+
+/// A runtime-shaped 2-D dfdx tensor.
+pub type Flat2<E> = Tensor<(usize, usize), E, Cpu>;
+
+/// The 2-D dfdx operations the composed Newton–Schulz form uses.
+#[doc(hidden)]
+pub trait DfdxMatOps: Sized + dfdx::dtypes::Dtype {
+    fn m_matmul(a: &Flat2<Self>, b: &Flat2<Self>) -> Flat2<Self>;
+    fn m_matmul_t(a: &Flat2<Self>, b: &Flat2<Self>) -> Flat2<Self>;
+    fn m_add(a: Flat2<Self>, b: Flat2<Self>) -> Flat2<Self>;
+    fn m_mul_s(a: Flat2<Self>, s: Self) -> Flat2<Self>;
+    fn m_div_s(a: Flat2<Self>, s: Self) -> Flat2<Self>;
+    fn m_sum_sq(a: &Flat2<Self>) -> Self;
+}
+
+macro_rules! stamp_mat_ops {
+    ($t:ty) => {
+        impl DfdxMatOps for $t {
+            fn m_matmul(a: &Flat2<$t>, b: &Flat2<$t>) -> Flat2<$t> {
+                use dfdx::prelude::TryMatMul;
+                a.clone().matmul(b.clone())
+            }
+            fn m_matmul_t(a: &Flat2<$t>, b: &Flat2<$t>) -> Flat2<$t> {
+                use dfdx::prelude::{Axes2, PermuteTo, TryMatMul};
+                a.clone().matmul(b.clone().permute::<_, Axes2<1, 0>>())
+            }
+            fn m_add(a: Flat2<$t>, b: Flat2<$t>) -> Flat2<$t> {
+                a + b
+            }
+            fn m_mul_s(a: Flat2<$t>, s: $t) -> Flat2<$t> {
+                a * s
+            }
+            fn m_div_s(a: Flat2<$t>, s: $t) -> Flat2<$t> {
+                a / s
+            }
+            fn m_sum_sq(a: &Flat2<$t>) -> $t {
+                use dfdx::prelude::{HasShape, Rank0, SumTo};
+                let (r, c) = *a.shape();
+                if r * c == 0 {
+                    return 0.0; // dfdx's reductions index out of bounds on empty tensors
+                }
+                (a.clone() * a.clone()).sum::<Rank0, _>().as_vec()[0]
+            }
+        }
+    };
+}
+stamp_mat_ops!(f32);
+stamp_mat_ops!(f64);
+
+/// A row-major matrix as a dfdx tensor, with the operators the composed Newton–Schulz form needs
+/// (`x.matmul_t(&x)` is `X X^T`, the transpose being a stride swap).
+#[derive(Clone)]
+pub struct Mat<A: Real>(pub Flat2<A>);
+
+impl<A: Real> Mat<A> {
+    /// Move a row-major buffer in.
+    pub fn from_vec(dev: &Cpu, rows: usize, cols: usize, data: Vec<A>) -> Self {
+        Mat(dev.tensor((data, (rows, cols))))
+    }
+    pub fn shape(&self) -> (usize, usize) {
+        use dfdx::prelude::HasShape;
+        *self.0.shape()
+    }
+    /// `self @ rhs`
+    pub fn matmul(&self, rhs: &Self) -> Self {
+        Mat(A::m_matmul(&self.0, &rhs.0))
+    }
+    /// `self @ rhs^T`
+    pub fn matmul_t(&self, rhs: &Self) -> Self {
+        Mat(A::m_matmul_t(&self.0, &rhs.0))
+    }
+    /// `||self||_F^2`
+    pub fn sum_sq(&self) -> A {
+        A::m_sum_sq(&self.0)
+    }
+    /// Row-major copy out (empty matrices handled here: dfdx's `as_vec` panics on them).
+    pub fn to_vec(&self) -> Vec<A> {
+        let (r, c) = self.shape();
+        if r * c == 0 {
+            return Vec::new();
+        }
+        self.0.as_vec()
+    }
+}
+
+impl<A: Real> std::ops::Add for Mat<A> {
+    type Output = Mat<A>;
+    fn add(self, rhs: Mat<A>) -> Mat<A> {
+        Mat(A::m_add(self.0, rhs.0))
+    }
+}
+impl<A: Real> std::ops::Mul<A> for Mat<A> {
+    type Output = Mat<A>;
+    fn mul(self, s: A) -> Mat<A> {
+        Mat(A::m_mul_s(self.0, s))
+    }
+}
+impl<A: Real> std::ops::Div<A> for Mat<A> {
+    type Output = Mat<A>;
+    fn div(self, s: A) -> Mat<A> {
+        Mat(A::m_div_s(self.0, s))
+    }
+}
+
+/// A strided read-only matrix operand of [`gemm_into`]: element `(i, j)` is
+/// `data[offset + i*rs + j*cs]`.
+#[derive(Clone, Copy)]
+pub struct Operand<'a, A> {
+    pub data: &'a [A],
+    pub offset: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+/// `dst[i*dst_rs + j] = sum_k lhs(i,k) rhs(k,j)` for an `m x n` block, overwriting `dst`, through
+/// the very `gemm::gemm` call dfdx's CPU matmul makes (so results are bit-identical to dfdx's).
+/// Products of fewer than [`GEMM_PARALLEL_MIN`] multiply-adds run on the calling thread; larger
+/// ones use gemm's rayon parallelism (dfdx always does). Either way gemm's own per-call scratch
+/// (see the module notes) is allocated and freed inside the call: no live growth, and the same
+/// number of allocations at every call of a given shape.
+///
+/// Panics if an operand's strided extent falls outside its slice (a bug in the caller's plan).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_into<A: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [A],
+    dst_offset: usize,
+    dst_rs: usize,
+    lhs: Operand<'_, A>,
+    rhs: Operand<'_, A>,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let last = |o: usize, rs: usize, cs: usize, r: usize, c: usize| o + (r - 1) * rs + (c - 1) * cs;
+    assert!(
+        last(dst_offset, dst_rs, 1, m, n) < dst.len(),
+        "gemm_into: dst"
+    );
+    if k == 0 {
+        for i in 0..m {
+            dst[dst_offset + i * dst_rs..dst_offset + i * dst_rs + n].fill(A::default());
+        }
+        return;
+    }
+    assert!(
+        last(lhs.offset, lhs.rs, lhs.cs, m, k) < lhs.data.len(),
+        "gemm_into: lhs"
+    );
+    assert!(
+        last(rhs.offset, rhs.rs, rhs.cs, k, n) < rhs.data.len(),
+        "gemm_into: rhs"
+    );
+    // SAFETY: every index the kernel touches lies inside the slices (asserted above); `dst` is
+    // borrowed mutably, the operands immutably, so they do not alias.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr().add(dst_offset),
+            1,
+            dst_rs as isize,
+            false,
+            lhs.data.as_ptr().add(lhs.offset),
+            lhs.cs as isize,
+            lhs.rs as isize,
+            rhs.data.as_ptr().add(rhs.offset),
+            rhs.cs as isize,
+            rhs.rs as isize,
+            A::default(),
+            A::of_f64(1.0),
+            false,
+            false,
+            false,
+            if m * n * k < GEMM_PARALLEL_MIN {
+                gemm::Parallelism::None
+            } else {
+                gemm::Parallelism::Rayon(rayon::current_num_threads())
+            },
+        )
+    }
+}
+
+/// Multiply-adds from which [`gemm_into`] runs multi-threaded (2^22: a 128x128x256 product).
+pub const GEMM_PARALLEL_MIN: usize = 1 << 22;

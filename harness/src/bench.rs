@@ -6,6 +6,10 @@
 //! `sgd(1) + backtracking` step on a 65,536-dimensional Rosenbrock in f32: value and gradient,
 //! the staged line-search update and `apply_updates`, from the same start point each time) with
 //! its evaluation count; area `ode` — `ode_lv_tsit5_1e-8_us`. Times are medians over repetitions.
+//! the fused rates to the copy bandwidth; area `muon` — `ns5_1024_ms` (5 standard Newton–Schulz
+//! iterations on a 1024x1024 f32 matrix, planned form) and `gemm_1024_gflops` (one 1024^3 f32
+//! product through the same gemm call dfdx makes, `2 n^3` flops per product). Times are medians
+//! over repetitions.
 
 use crate::backend::Array;
 use crate::optim::{AdamHyper, FusedMoments, RadamHyper, Selection};
@@ -48,8 +52,9 @@ pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
     match area {
         "optim" => optim(quick),
         "ode" => ode(quick),
-        "all" => Ok([optim(quick)?, ode(quick)?].concat()),
-        "muon" | "cnf" | "stack" => Err(Error::NotImplemented(format!("bench area `{area}`"))),
+        "muon" => muon(quick),
+        "all" => Ok([optim(quick)?, muon(quick)?, ode(quick)?].concat()),
+        "cnf" | "stack" => Err(Error::NotImplemented(format!("bench area `{area}`"))),
         other => Err(Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
@@ -187,4 +192,45 @@ pub fn linesearch_rosenbrock(dim: usize, reps: usize) -> Result<(f64, i32)> {
         Some(e) => Err(e),
         None => Ok((secs * 1e3, evals)),
     }
+}
+/// Side of the Newton–Schulz and GEMM figures.
+pub const MUON_N: usize = 1024;
+
+fn muon(quick: bool) -> Result<Vec<Figure>> {
+    use crate::backend::{gemm_into, Operand};
+    use crate::optim::muon::NsPlan;
+    let reps = if quick { 3 } else { 7 };
+    let n = MUON_N;
+    let x: Vec<f32> = (0..n * n).map(|i| ((i as f32) * 0.618).sin()).collect();
+    let mut dst = vec![0.0f32; n * n];
+    let op = |d| Operand {
+        data: d,
+        offset: 0,
+        rs: n,
+        cs: 1,
+    };
+    let mut product = || gemm_into(n, n, n, &mut dst, 0, n, op(&x), op(&x));
+    product();
+    let gemm_s = median_seconds(reps, product);
+    let coeffs = Array::new(vec![3], crate::optim::muon::coeffs::STANDARD.to_vec())?;
+    let mut plan = NsPlan::<f32>::new(n, n);
+    let mut out = vec![0.0f32; n * n];
+    plan.run(&x, &coeffs, 5, 1e-8, &mut out);
+    let ns_s = median_seconds(reps, || {
+        plan.run(&x, &coeffs, 5, 1e-8, &mut out);
+    });
+    std::hint::black_box((&dst, &out));
+    let gflops = 2.0 * (n * n * n) as f64 / gemm_s / 1e9;
+    // a plain iteration is 3 full products; the symmetric one ~2 (A and (cA)A upper halves)
+    let full_products_ms = 15.0 * gemm_s * 1e3;
+    Ok(vec![
+        fig("gemm_1024_gflops", gflops, "GFLOP/s"),
+        fig("ns5_1024_ms", ns_s * 1e3, "ms"),
+        fig("ns5_1024_15_gemms_ms", full_products_ms, "ms"),
+        fig(
+            "ns5_1024_vs_15_gemms",
+            ns_s * 1e3 / full_products_ms,
+            "ratio",
+        ),
+    ])
 }

@@ -64,3 +64,9 @@ fn linesearch_seed_corpus_decodes_to_the_intended_cases() {
     let c = read("nan-everywhere-recover");
     assert!(c.hyper.recover_from_zero_lr && c.poison.unwrap().value.is_nan());
 }
+
+#[test]
+fn muon_corpus_and_regressions_replay_clean() {
+    let n = replay("muon", harness::laws::fuzz::muon);
+    assert!(n >= 5, "only {n} inputs replayed");
+}

@@ -51,6 +51,13 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "linesearch_convex_quadratic_monotone",
         "linesearch_trace_once",
         "linesearch_nonfinite_zero_step",
+        // tests/muon.rs
+        "muon_state_fixed_traces_iterations",
+        "muon_transpose_symmetry",
+        "muon_planned_matches_composed",
+        "muon_singular_value_band",
+        "muon_zero_gradient_zero_update",
+        "muon_sharding_and_order_invariant",
     ];
     for law in laws::registry() {
         assert!(

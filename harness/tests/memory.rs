@@ -59,8 +59,60 @@ fn measure_sees_an_allocation_and_its_release() {
     assert!(m2.live_delta <= -(1 << 20), "{m2:?}");
 }
 
+/// The planned Newton–Schulz form reuses its workspace: after the first call, calls leave live
+/// bytes where they were and make the same number of allocations each — only gemm 0.15's own
+/// per-call scratch (a flag vector of `mc/MR` bytes, and a packed panel when it packs the right
+/// operand), freed inside the call; the composed form allocates every intermediate matrix.
+/// Shapes: transposed, symmetric block path (small side > 128), and multi-threaded gemm.
+fn muon_planned_newton_schulz_reuses_its_workspace() {
+    use harness::backend::Array;
+    use harness::optim::muon::{orthogonalize_composed, NsPlan};
+    let _g = harness::probe::exclusive();
+    let c = Array::new(vec![3], vec![3.4445, -4.775, 2.0315]).unwrap();
+    for (r, cl) in [(64, 200), (130, 90), (512, 400)] {
+        let x: Vec<f32> = (0..r * cl).map(|i| ((i as f32) * 0.37).sin()).collect();
+        let mut plan = NsPlan::<f32>::new(r, cl);
+        let mut out = vec![0.0f32; x.len()];
+        for _ in 0..2 {
+            plan.run(&x, &c, 5, 1e-8, &mut out);
+        }
+        let mut window = |calls: usize| {
+            harness::probe::measure(|| {
+                for _ in 0..calls {
+                    plan.run(&x, &c, 5, 1e-8, &mut out);
+                }
+            })
+            .1
+        };
+        let (w1, w3) = (window(1), window(3));
+        assert!(
+            w1.live_delta <= 0 && w3.live_delta <= 0,
+            "{r}x{cl}: {w1:?} {w3:?}"
+        );
+        // rayon's job injection (multi-threaded gemm only) varies by an allocation or two
+        assert!(
+            w3.allocations <= 3 * w1.allocations + 3,
+            "{r}x{cl}: {w1:?} {w3:?}"
+        );
+        let xa = Array::new(vec![r, cl], x.clone()).unwrap();
+        let composed = harness::probe::measure(|| orthogonalize_composed(&xa, &c, 5, 1e-8)).1;
+        assert!(
+            w1.peak_above_baseline < composed.peak_above_baseline,
+            "{r}x{cl}: planned {w1:?} vs composed {composed:?}"
+        );
+        println!(
+            "  {r}x{cl}: planned {} allocations/call, peak {} B; composed {} allocations, peak {} B",
+            w1.allocations, w1.peak_above_baseline, composed.allocations, composed.peak_above_baseline
+        );
+    }
+}
+
 fn main() {
-    let tests: [(&str, fn()); 4] = [
+    let tests: [(&str, fn()); 5] = [
+        (
+            "muon_planned_newton_schulz_reuses_its_workspace",
+            muon_planned_newton_schulz_reuses_its_workspace,
+        ),
         (
             "radam_steps_trace_once_and_memory_stays_flat",
             radam_steps_trace_once_and_memory_stays_flat,

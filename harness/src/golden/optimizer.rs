@@ -1,9 +1,9 @@
-//! Replay of `kind = "optimizer"` cases: adam and radam (muon: not implemented yet).
+//! Replay of `kind = "optimizer"` cases: adam, radam and muon (`ns_coeffs` used verbatim).
 
 use super::format::{parse_tree, Case};
 use super::Comparator;
 use crate::backend::{DType, Float};
-use crate::optim::{self, AdamHyper, RadamHyper, Selection, Transform};
+use crate::optim::{self, AdamHyper, CoeffSpec, Muon, MuonHyper, RadamHyper, Selection, Transform};
 use crate::tree::{apply_updates, Tree};
 use crate::{Error, Result};
 use serde_json::Value;
@@ -93,8 +93,71 @@ fn run<E: Float>(case: &Case, cmp: &mut Comparator) -> Result<()> {
             let hyper = RadamHyper { moments, threshold };
             steps::<E, _>(case, cmp, &optim::radam(lr, hyper, Selection::Where)?)
         }
-        "muon" => Err(Error::NotImplemented("golden optimizer `muon`".into())),
+        "muon" => {
+            let d = MuonHyper::new(lr);
+            let ns_coeffs = muon_coeffs(case, h.obj.get("ns_coeffs"))?;
+            h.used.push("ns_coeffs");
+            let steps_f = h.f64("ns_steps", Some(d.ns_steps as f64))?;
+            if !(steps_f >= 0.0 && steps_f.fract() == 0.0 && steps_f <= 1e6) {
+                return Err(case.err("optimizer.hyper.ns_steps must be a non-negative integer"));
+            }
+            let hyper = MuonHyper {
+                learning_rate: lr,
+                ns_coeffs,
+                ns_steps: steps_f as usize,
+                beta: h.f64("beta", Some(d.beta))?,
+                eps: h.f64("eps", Some(d.eps))?,
+                weight_decay: h.f64("weight_decay", Some(d.weight_decay))?,
+                nesterov: h.bool("nesterov", d.nesterov)?,
+                adam_b1: h.f64("adam_b1", Some(d.adam_b1))?,
+                adam_b2: h.f64("adam_b2", Some(d.adam_b2))?,
+                adam_eps_root: h.f64("adam_eps_root", Some(d.adam_eps_root))?,
+                adam_weight_decay: h.f64("adam_weight_decay", Some(d.adam_weight_decay))?,
+                adam_learning_rate: match h.obj.get("adam_learning_rate") {
+                    None | Some(Value::Null) => {
+                        h.used.push("adam_learning_rate");
+                        None
+                    }
+                    Some(_) => Some(h.f64("adam_learning_rate", None)?),
+                },
+            };
+            h.finish()?;
+            steps::<E, _>(case, cmp, &Muon::new(hyper)?)
+        }
         other => Err(case.err(format!("unknown optimizer `{other}`"))),
+    }
+}
+
+/// `ns_coeffs`: `[a, b, c]` or `[[a, b, c], ...]` (numbers, used verbatim), or a preset name.
+fn muon_coeffs(case: &Case, v: Option<&Value>) -> Result<CoeffSpec> {
+    let num = |v: &Value| {
+        super::format::parse_number(v)
+            .ok_or_else(|| case.err("optimizer.hyper.ns_coeffs must hold numbers"))
+    };
+    match v {
+        None => Ok(CoeffSpec::default()),
+        Some(Value::String(s)) => Ok(CoeffSpec::Preset(s.clone())),
+        Some(Value::Array(items)) if items.iter().all(|x| x.is_array()) => {
+            let mut data = Vec::new();
+            for row in items {
+                let row = row.as_array().expect("checked");
+                if row.len() != 3 {
+                    return Err(case.err("optimizer.hyper.ns_coeffs rows must have 3 numbers"));
+                }
+                for x in row {
+                    data.push(num(x)?);
+                }
+            }
+            Ok(CoeffSpec::Raw {
+                shape: vec![items.len(), 3],
+                data,
+            })
+        }
+        Some(Value::Array(items)) => Ok(CoeffSpec::Raw {
+            shape: vec![items.len()],
+            data: items.iter().map(num).collect::<Result<_>>()?,
+        }),
+        Some(_) => Err(case.err("optimizer.hyper.ns_coeffs must be a list or a preset name")),
     }
 }
 

@@ -250,3 +250,168 @@ pub fn linesearch(data: &[u8]) -> Result<(), String> {
     };
     super::linesearch::check_case(&input.to_case())
 }
+/// Raw Muon run: a matrix of up to 48x48 (1xN, Nx1 and zero-size included) plus a bias, any
+/// coefficient tensor (shape `[3]`, `[k,3]` or malformed, any values), unvalidated scalars, any
+/// dtype, up to 4 steps of any gradient values.
+#[derive(Debug, Clone, Arbitrary)]
+pub struct MuonInput {
+    pub dtype: u8,
+    pub rows: u8,
+    pub cols: u8,
+    pub bias: u8,
+    /// 0: `[3]`, 1: `[k,3]`, 2: `[k]` (malformed), 3: preset "dion", 4: preset "standard".
+    pub coeff_kind: u8,
+    pub coeff_rows: u8,
+    pub coeffs: Vec<f64>,
+    pub ns_steps: u8,
+    pub beta: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+    pub learning_rate: f64,
+    pub shards: u8,
+    pub params: Vec<f64>,
+    pub grads: Vec<f64>,
+    pub steps: u8,
+}
+
+impl MuonInput {
+    /// The optimizer configuration this input stands for.
+    pub fn hyper(&self) -> crate::optim::MuonHyper {
+        use crate::optim::CoeffSpec;
+        let k = (self.coeff_rows % 8) as usize;
+        let pick = |i: usize| {
+            if self.coeffs.is_empty() {
+                1.0
+            } else {
+                self.coeffs[i % self.coeffs.len()]
+            }
+        };
+        let ns_coeffs = match self.coeff_kind % 5 {
+            0 => CoeffSpec::Raw {
+                shape: vec![3],
+                data: (0..3).map(pick).collect(),
+            },
+            1 => CoeffSpec::Raw {
+                shape: vec![k, 3],
+                data: (0..3 * k).map(pick).collect(),
+            },
+            2 => CoeffSpec::Raw {
+                shape: vec![k],
+                data: (0..k).map(pick).collect(),
+            },
+            3 => CoeffSpec::Preset("dion".into()),
+            _ => CoeffSpec::Preset("standard".into()),
+        };
+        crate::optim::MuonHyper {
+            ns_coeffs,
+            ns_steps: (self.ns_steps % 9) as usize,
+            beta: self.beta,
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+            nesterov: self.nesterov,
+            ..crate::optim::MuonHyper::new(self.learning_rate)
+        }
+    }
+}
+
+/// The `muon` target: invalid scalars are typed errors from the constructor, invalid
+/// coefficients typed `ns_coeffs` errors from `init`; otherwise every step runs without panic,
+/// keeps the state signature and the coefficient bits, runs the prescribed iterations, and a
+/// run on 1-4 shards equals the unsharded one bit for bit (any two NaNs equal).
+pub fn muon(data: &[u8]) -> Result<(), String> {
+    let Ok(input) = MuonInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return Ok(());
+    };
+    match input.dtype % 3 {
+        0 => muon_e::<half::f16>(&input),
+        1 => muon_e::<f32>(&input),
+        _ => muon_e::<f64>(&input),
+    }
+}
+
+fn muon_e<E: crate::backend::Float>(input: &MuonInput) -> Result<(), String> {
+    use crate::backend::Array;
+    use crate::optim::muon::{coeffs, MuonStepper, Sharding};
+    use crate::optim::{Muon, Transform};
+    use crate::stage::HasSignature;
+    use crate::tree::Tree;
+    let hyper = input.hyper();
+    let Ok(muon) = Muon::new(hyper.clone()) else {
+        return Ok(()); // invalid scalar hyperparameter: a typed error
+    };
+    let (r, c) = ((input.rows % 49) as usize, (input.cols % 49) as usize);
+    let nb = (input.bias % 8) as usize;
+    let val = |v: &[f64], i: usize| if v.is_empty() { 0.0 } else { v[i % v.len()] };
+    let mk = |v: &[f64], off: usize| -> Tree<E> {
+        let w = Array::new(
+            vec![r, c],
+            (0..r * c).map(|i| E::of_f64(val(v, off + i))).collect(),
+        )
+        .expect("sized");
+        let b = Array::vector(
+            (0..nb)
+                .map(|i| E::of_f64(val(v, off + r * c + i)))
+                .collect(),
+        );
+        Tree::from_leaves([("b".to_string(), b), ("w".to_string(), w)]).expect("two leaves")
+    };
+    let mut params = mk(&input.params, 0);
+    let valid = coeffs::build(&hyper.ns_coeffs, hyper.ns_steps);
+    let state = match (Transform::<E>::init(&muon, &params), &valid) {
+        (Ok(s), Ok(_)) => s,
+        (Err(crate::Error::InvalidHyper { name, .. }), _) if name != "ns_coeffs" => return Ok(()),
+        (
+            Err(crate::Error::InvalidHyper {
+                name: "ns_coeffs", ..
+            }),
+            Err(_),
+        ) => return Ok(()),
+        (got, _) => {
+            return Err(format!(
+                "init: {:?} but coefficient validation says {:?}",
+                got.map(|_| "Ok"),
+                valid.map(|_| "Ok")
+            ))
+        }
+    };
+    let want_iters = coeffs::iterations(&state.ns_coeffs, hyper.ns_steps);
+    let sig0 = state.signature();
+    let bits0: Vec<u64> = state.ns_coeffs.data().iter().map(|x| x.to_bits()).collect();
+    let mut p_sharded = params.clone();
+    let k = 1 + (input.shards % 4) as usize;
+    let mut sharded =
+        MuonStepper::new(&muon, &params, Sharding::round_robin(k)).map_err(|e| e.to_string())?;
+    let mut st = state;
+    for t in 0..(input.steps % 4) as usize + 1 {
+        let g = mk(&input.grads, t * (r * c + nb));
+        let (u, next) = muon.update(&g, &st, &params).map_err(|e| e.to_string())?;
+        let d = sig0.diff(&next.signature());
+        if !d.is_empty() {
+            return Err(format!("step {t}: signature changed: {d}"));
+        }
+        if next
+            .ns_coeffs
+            .data()
+            .iter()
+            .map(|x| x.to_bits())
+            .ne(bits0.iter().copied())
+        {
+            return Err(format!("step {t}: ns_coeffs changed"));
+        }
+        let us = sharded
+            .step(&mut p_sharded, &g)
+            .map_err(|e| e.to_string())?;
+        super::bitwise_equal(&format!("step {t} sharded updates"), &us, &u)?;
+        for (leaf, k) in &sharded.last_info().iterations {
+            if *k != want_iters {
+                return Err(format!(
+                    "step {t}: {leaf} ran {k} iterations, want {want_iters}"
+                ));
+            }
+        }
+        params = crate::tree::apply_updates(&params, &u).map_err(|e| e.to_string())?;
+        st = next;
+    }
+    Ok(())
+}

@@ -11,6 +11,7 @@
 
 pub mod fuzz;
 pub mod linesearch;
+pub mod muon;
 pub mod ode;
 pub mod radam;
 pub mod strategies;
@@ -94,6 +95,7 @@ pub fn registry() -> Vec<Law> {
     v.extend(radam::laws());
     v.extend(ode::laws());
     v.extend(linesearch::laws());
+    v.extend(muon::laws());
     v
 }
 

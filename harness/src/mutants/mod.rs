@@ -5,6 +5,7 @@
 
 pub mod linesearch_rebuilt_objective;
 pub mod linesearch_weak_init;
+mod muon_captured_coeffs;
 mod radam_cond_leak;
 mod radam_unsafe_where;
 
@@ -32,6 +33,8 @@ pub struct MutantReport {
     pub seconds: f64,
 }
 
+pub use muon_captured_coeffs::CapturedCoeffs;
+
 /// Every mutant.
 pub fn registry() -> Vec<Mutant> {
     vec![
@@ -39,6 +42,7 @@ pub fn registry() -> Vec<Mutant> {
         radam_unsafe_where::mutant(),
         linesearch_weak_init::mutant(),
         linesearch_rebuilt_objective::mutant(),
+        muon_captured_coeffs::mutant(),
     ]
 }
 

@@ -63,15 +63,27 @@ pub(crate) fn composed_moments<A: Real>(
     v: &Array<A>,
 ) -> (Ten<A>, Ten<A>, Ten<A>, Ten<A>) {
     let g = Ten::from_array(dev, g);
+    let (m, m_hat) = composed_momentum(dev, c, s, g.clone(), m);
+    let v = (g.clone() * g) * c.one_minus_b2 + Ten::from_array(dev, v) * c.b2;
+    let v_hat = v.clone() / s.bc2;
+    (m, v, m_hat, v_hat)
+}
+
+/// The first-moment half of the step, shared with Muon's momentum: returns `(m_t, m_hat)`.
+pub(crate) fn composed_momentum<A: Real>(
+    dev: &Cpu,
+    c: &MomentConsts<A>,
+    s: &MomentScalars<A>,
+    g: Ten<A>,
+    m: &Array<A>,
+) -> (Ten<A>, Ten<A>) {
     let m = g.clone() * c.one_minus_b1 + Ten::from_array(dev, m) * c.b1;
-    let v = (g.clone() * g.clone()) * c.one_minus_b2 + Ten::from_array(dev, v) * c.b2;
     let m_hat = if c.nesterov {
         (m.clone() / s.bc1_next) * c.b1 + (g / s.bc1) * c.one_minus_b1
     } else {
         m.clone() / s.bc1
     };
-    let v_hat = v.clone() / s.bc2;
-    (m, v, m_hat, v_hat)
+    (m, m_hat)
 }
 
 /// `sqrt(v_hat + eps_root) + eps`

@@ -11,6 +11,7 @@ pub mod fused;
 pub mod jit;
 pub mod linesearch;
 pub mod moments;
+pub mod muon;
 pub mod radam;
 
 use crate::backend::Float;
@@ -22,6 +23,7 @@ pub use adam::ScaleByAdam;
 pub use fused::FusedMoments;
 pub use jit::Jit;
 pub use moments::{AdamHyper, MomentState};
+pub use muon::{CoeffSpec, Muon, MuonHyper, MuonState};
 pub use radam::{RadamHyper, ScaleByRadam, Selection};
 
 /// A gradient transformation (optax's `GradientTransformation`).

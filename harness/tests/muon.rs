@@ -1,0 +1,156 @@
+//! Muon: every law holds on the reference, the captured-coefficients mutant is caught with a
+//! small counterexample, coefficients are validated by `init` with typed errors, and the golden
+//! muon cases replay.
+
+use harness::backend::Array;
+use harness::laws::{self, RunConfig};
+use harness::optim::muon::{MuonStepper, Sharding};
+use harness::optim::{CoeffSpec, Muon, MuonHyper, Transform};
+use harness::tree::Tree;
+use harness::Error;
+
+fn assert_law_holds(name: &str) {
+    let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
+    let r = laws::run(&law, RunConfig::new(None, None));
+    assert!(
+        r.passed,
+        "{name} failed:\n{}",
+        r.counterexample.unwrap_or_default()
+    );
+}
+
+#[test]
+fn state_signature_coeffs_traces_and_iterations() {
+    assert_law_holds("muon_state_fixed_traces_iterations");
+}
+
+#[test]
+fn orthogonalising_the_transpose_gives_the_transpose() {
+    assert_law_holds("muon_transpose_symmetry");
+}
+
+#[test]
+fn planned_newton_schulz_matches_composed() {
+    assert_law_holds("muon_planned_matches_composed");
+}
+
+#[test]
+fn singular_values_stay_in_the_preset_band() {
+    assert_law_holds("muon_singular_value_band");
+}
+
+#[test]
+fn zero_gradient_gives_zero_update() {
+    assert_law_holds("muon_zero_gradient_zero_update");
+}
+
+#[test]
+fn sharded_and_reordered_runs_are_bit_identical() {
+    assert_law_holds("muon_sharding_and_order_invariant");
+}
+
+#[test]
+fn captured_coeffs_mutant_is_caught_with_small_counterexample() {
+    let reports = harness::mutants::run_all(Some("muon-captured-coeffs"));
+    let r = &reports[0];
+    assert!(r.caught, "muon-captured-coeffs was not caught");
+    let c = r.counterexample.as_deref().unwrap();
+    // An f64 group updated after an f32/f16 one (whose arithmetic dtype captured the coefficients).
+    assert!(c.contains("float64"), "{c}");
+    assert!(c.contains("F32") || c.contains("F16"), "{c}");
+    assert!(c.contains("steps: 1"), "not shrunk to one step: {c}");
+}
+
+fn params() -> Tree<f64> {
+    Tree::from_leaves([
+        (
+            "w".to_string(),
+            Array::new(vec![3, 2], vec![0.1, -0.2, 0.3, 0.4, -0.5, 0.6]).unwrap(),
+        ),
+        ("b".to_string(), Array::vector(vec![0.5, -0.5])),
+    ])
+    .unwrap()
+}
+
+#[test]
+fn invalid_coefficients_are_typed_errors_from_init() {
+    for (spec, steps) in [
+        (CoeffSpec::single([1.0, f64::INFINITY, 0.0]), 5),
+        (CoeffSpec::rows(&[[1.0, 0.0, 0.0]; 6]), 5),
+        (
+            CoeffSpec::Raw {
+                shape: vec![2, 2],
+                data: vec![0.0; 4],
+            },
+            5,
+        ),
+        (CoeffSpec::Preset("polar".into()), 5),
+        (CoeffSpec::Preset("dion".into()), 3),
+    ] {
+        let opt = Muon::new(MuonHyper {
+            ns_coeffs: spec.clone(),
+            ns_steps: steps,
+            ..MuonHyper::new(0.02)
+        })
+        .unwrap();
+        let e = Transform::<f64>::init(&opt, &params()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidHyper {
+                    name: "ns_coeffs",
+                    ..
+                }
+            ),
+            "{spec:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn dion_preset_values_are_optax_values() {
+    // optax 0.2.8 _DION_NS_COEFFS (ALGORITHMS.md §3), first and last rows.
+    let opt = Muon::new(MuonHyper {
+        ns_coeffs: CoeffSpec::Preset("dion".into()),
+        ..MuonHyper::new(0.02)
+    })
+    .unwrap();
+    let s = Transform::<f64>::init(&opt, &params()).unwrap();
+    assert_eq!(s.ns_coeffs.shape(), &[5, 3]);
+    assert_eq!(&s.ns_coeffs.data()[..3], &[4.0848, -6.8946, 2.9270]);
+    assert_eq!(&s.ns_coeffs.data()[12..], &[2.8366, -3.0525, 1.2012]);
+}
+
+#[test]
+fn sharded_stepper_matches_transform_update_for_every_k() {
+    let opt = Muon::new(MuonHyper::new(0.02)).unwrap();
+    let p0 = params();
+    let g = p0.clone();
+    let (want, _) = opt.update(&g, &opt.init(&p0).unwrap(), &p0).unwrap();
+    for k in 1..=3 {
+        let mut p = p0.clone();
+        let mut st = MuonStepper::new(&opt, &p, Sharding::round_robin(k)).unwrap();
+        let got = st.step(&mut p, &g).unwrap();
+        assert_eq!(got, want, "K = {k}");
+    }
+}
+
+#[test]
+fn golden_muon_cases_pass() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden");
+    let mut n = 0;
+    for f in harness::golden::collect(&[root]).unwrap() {
+        if !f
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("muon-")
+        {
+            continue;
+        }
+        let r = harness::golden::replay(&harness::golden::load(&f).unwrap()).unwrap();
+        assert!(r.passed, "{}: {}", r.name, r.detail);
+        n += 1;
+    }
+    assert!(n >= 10, "only {n} muon cases");
+}

@@ -73,6 +73,10 @@ pub trait Float:
     fn of_f64(x: f64) -> Self;
     fn to_acc(self) -> Self::Acc;
     fn from_acc(x: Self::Acc) -> Self;
+    /// Round an f32 to this type (round to nearest even; exact for f32 and f64).
+    fn of_f32(x: f32) -> Self {
+        Self::of_f64(x as f64)
+    }
     /// Raw bits, widened, for bitwise comparisons.
     fn bits(self) -> u64;
     fn is_nan(self) -> bool {
@@ -224,6 +228,9 @@ impl Float for half::f16 {
         self.to_f32()
     }
     fn from_acc(x: f32) -> Self {
+        half::f16::from_f32(x)
+    }
+    fn of_f32(x: f32) -> Self {
         half::f16::from_f32(x)
     }
     fn bits(self) -> u64 {

@@ -2,7 +2,10 @@
 //!
 //! Figures (names from CLI.md, stable): area `optim` — `copy_bandwidth_gbps`,
 //! `adam_fused_16m_gbps`, `radam_fused_16m_gbps`, `radam_allocs_per_step`, and the ratios of
-//! the fused rates to the copy bandwidth. Times are medians over repetitions.
+//! the fused rates to the copy bandwidth; area `stack` — `init_chunked_gbps` (f16 output bytes
+//! per second of `chunked-direct` for 16 layers of 1024-4096-1024) against
+//! `fresh_write_gbps` (filling a freshly allocated buffer of the same size, the limit of producing
+//! that many bytes of new memory). Times are medians over repetitions.
 
 use crate::backend::Array;
 use crate::optim::{AdamHyper, FusedMoments, RadamHyper, Selection};
@@ -44,10 +47,13 @@ pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
 pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
     match area {
         "optim" => optim(quick),
-        "all" => optim(quick),
-        "muon" | "ode" | "cnf" | "stack" => {
-            Err(Error::NotImplemented(format!("bench area `{area}`")))
+        "stack" => stack(quick),
+        "all" => {
+            let mut v = optim(quick)?;
+            v.extend(stack(quick)?);
+            Ok(v)
         }
+        "muon" | "ode" | "cnf" => Err(Error::NotImplemented(format!("bench area `{area}`"))),
         other => Err(Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
@@ -120,5 +126,38 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
             m.allocations as f64 / steps as f64,
             "allocations",
         ),
+    ])
+}
+
+/// The stack figure's model: 16 layers of a 1024-4096-1024 block in f16 (256 MiB).
+pub fn stack_bench_config() -> Result<crate::stack::StackConfig> {
+    crate::stack::StackConfig::new(16, 1024, 4096, crate::backend::DType::F16)
+}
+
+fn stack(quick: bool) -> Result<Vec<Figure>> {
+    use crate::stack::{build, Strategy};
+    let reps = if quick { 1 } else { 5 };
+    let cfg = stack_bench_config()?;
+    let bytes = cfg.final_bytes() as f64;
+    let n = cfg.params();
+    let fill_s = median_seconds(reps, || {
+        std::hint::black_box(vec![half::f16::ONE; n]);
+    });
+    let mut err = None;
+    let init_s = median_seconds(reps, || {
+        match build::<half::f16>(&cfg, 0, Strategy::ChunkedDirect, &mut ()) {
+            Ok(m) => drop(std::hint::black_box(m)),
+            Err(e) => err = Some(e),
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    let (init, fill) = (bytes / init_s / 1e9, bytes / fill_s / 1e9);
+    Ok(vec![
+        fig("init_chunked_gbps", init, "GB/s"),
+        fig("fresh_write_gbps", fill, "GB/s"),
+        fig("init_chunked_vs_fresh_write", init / fill, "ratio"),
+        fig("init_chunked_16x1024x4096_ms", init_s * 1e3, "ms"),
     ])
 }

@@ -11,6 +11,7 @@
 
 pub mod fuzz;
 pub mod radam;
+pub mod stack;
 pub mod strategies;
 
 use proptest::strategy::{Strategy, ValueTree};
@@ -90,6 +91,7 @@ pub struct Law {
 pub fn registry() -> Vec<Law> {
     let mut v = Vec::new();
     v.extend(radam::laws());
+    v.extend(stack::laws());
     v
 }
 

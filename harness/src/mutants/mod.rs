@@ -5,6 +5,7 @@
 
 mod radam_cond_leak;
 mod radam_unsafe_where;
+mod stack_vmap_fp32;
 
 use std::time::Instant;
 
@@ -32,7 +33,11 @@ pub struct MutantReport {
 
 /// Every mutant.
 pub fn registry() -> Vec<Mutant> {
-    vec![radam_cond_leak::mutant(), radam_unsafe_where::mutant()]
+    vec![
+        radam_cond_leak::mutant(),
+        radam_unsafe_where::mutant(),
+        stack_vmap_fp32::mutant(),
+    ]
 }
 
 /// Run one mutant against its law.

@@ -49,6 +49,14 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "fused_matches_composed_bitwise",
         "moment_state_signature_fixed",
         "radam_steps_trace_once_memory_flat",
+        // tests/stack.rs
+        "stack_strategies_bitwise_identical",
+        "stack_f16_init_is_cast_of_f32",
+        "stack_scan_equals_unrolled",
+        // tests/memory.rs
+        "stack_peak_within_bound",
+        "stack_chunked_within_one_percent",
+        "stack_scan_memory_flat",
     ];
     for law in laws::registry() {
         assert!(tested.contains(&law.name), "law {} has no test", law.name);

@@ -7,6 +7,8 @@ mod radam_cond_leak;
 mod radam_unsafe_where;
 mod stack_vmap_fp32;
 
+pub use stack_vmap_fp32::VmapFp32;
+
 use std::time::Instant;
 
 /// A re-created bug and the law that must catch it.

@@ -35,6 +35,8 @@ use crate::Result;
 use num_traits::Float as _;
 
 /// One block on a `[B, D]` batch: `hidden` is `[B, H]` scratch, `out` is `[B, D]`.
+// `s = s + ...`: the accumulator bound (`num_traits::Float`) does not promise `AddAssign`
+#[allow(clippy::assign_op_pattern)]
 pub fn block<E: Float>(
     v: LayerView<'_, E>,
     d: usize,

@@ -77,6 +77,13 @@ pub trait Float:
     fn of_f32(x: f32) -> Self {
         Self::of_f64(x as f64)
     }
+    /// [`Float::of_f32`] over a slice (`dst.len() == src.len()`); f16 uses half's vectorised
+    /// conversion (F16C where the CPU has it), which rounds identically.
+    fn cast_f32_slice(src: &[f32], dst: &mut [Self]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = Self::of_f32(s);
+        }
+    }
     /// Raw bits, widened, for bitwise comparisons.
     fn bits(self) -> u64;
     fn is_nan(self) -> bool {
@@ -232,6 +239,10 @@ impl Float for half::f16 {
     }
     fn of_f32(x: f32) -> Self {
         half::f16::from_f32(x)
+    }
+    fn cast_f32_slice(src: &[f32], dst: &mut [Self]) {
+        use half::slice::HalfFloatSliceExt;
+        dst.convert_from_f32_slice(src);
     }
     fn bits(self) -> u64 {
         self.to_bits() as u64

@@ -153,11 +153,24 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
     if let Some(e) = err {
         return Err(e);
     }
+    // the generator alone, into a warm 64 KiB buffer: the compute half of the init
+    let mut scratch = vec![0f32; crate::stack::init::CHUNK_ELEMS];
+    let key = crate::stack::rng::stream_key(0, 0, 0);
+    let rounds = 256u64;
+    let rng_s = median_seconds(reps, || {
+        for r in 0..rounds {
+            let start = r * scratch.len() as u64;
+            crate::stack::rng::fill_f32(key, 0.5, start, &mut scratch);
+            std::hint::black_box(&scratch);
+        }
+    });
+    let rng_rate = (rounds as usize * scratch.len()) as f64 / rng_s / 1e9;
     let (init, fill) = (bytes / init_s / 1e9, bytes / fill_s / 1e9);
     Ok(vec![
         fig("init_chunked_gbps", init, "GB/s"),
         fig("fresh_write_gbps", fill, "GB/s"),
         fig("init_chunked_vs_fresh_write", init / fill, "ratio"),
         fig("init_chunked_16x1024x4096_ms", init_s * 1e3, "ms"),
+        fig("counter_rng_gelems", rng_rate, "Gelem/s"),
     ])
 }

@@ -317,7 +317,9 @@ fn chunked_direct<E: Float>(
             while start < len {
                 let k = scratch.len().min(len - start);
                 fill_f32(key, lim, start as u64, &mut scratch[..k]);
-                v.extend(scratch[..k].iter().map(|&x| E::of_f32(x)));
+                let at = v.len();
+                v.resize(at + k, E::default()); // within capacity: no allocation
+                E::cast_f32_slice(&scratch[..k], &mut v[at..]);
                 start += k;
                 obs.sample("chunk");
             }

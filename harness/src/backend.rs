@@ -73,6 +73,17 @@ pub trait Float:
     fn of_f64(x: f64) -> Self;
     fn to_acc(self) -> Self::Acc;
     fn from_acc(x: Self::Acc) -> Self;
+    /// Round an f32 to this type (round to nearest even; exact for f32 and f64).
+    fn of_f32(x: f32) -> Self {
+        Self::of_f64(x as f64)
+    }
+    /// [`Float::of_f32`] over a slice (`dst.len() == src.len()`); f16 uses half's vectorised
+    /// conversion (F16C where the CPU has it), which rounds identically.
+    fn cast_f32_slice(src: &[f32], dst: &mut [Self]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = Self::of_f32(s);
+        }
+    }
     /// Raw bits, widened, for bitwise comparisons.
     fn bits(self) -> u64;
     fn is_nan(self) -> bool {
@@ -225,6 +236,13 @@ impl Float for half::f16 {
     }
     fn from_acc(x: f32) -> Self {
         half::f16::from_f32(x)
+    }
+    fn of_f32(x: f32) -> Self {
+        half::f16::from_f32(x)
+    }
+    fn cast_f32_slice(src: &[f32], dst: &mut [Self]) {
+        use half::slice::HalfFloatSliceExt;
+        dst.convert_from_f32_slice(src);
     }
     fn bits(self) -> u64 {
         self.to_bits() as u64

@@ -10,6 +10,10 @@
 //! iterations on a 1024x1024 f32 matrix, planned form) and `gemm_1024_gflops` (one 1024^3 f32
 //! product through the same gemm call dfdx makes, `2 n^3` flops per product). Times are medians
 //! over repetitions.
+//! the fused rates to the copy bandwidth; area `stack` — `init_chunked_gbps` (f16 output bytes
+//! per second of `chunked-direct` for 16 layers of 1024-4096-1024) against
+//! `fresh_write_gbps` (filling a freshly allocated buffer of the same size, the limit of producing
+//! that many bytes of new memory). Times are medians over repetitions.
 
 use crate::backend::Array;
 use crate::optim::{AdamHyper, FusedMoments, RadamHyper, Selection};
@@ -53,8 +57,9 @@ pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
         "optim" => optim(quick),
         "ode" => ode(quick),
         "muon" => muon(quick),
-        "all" => Ok([optim(quick)?, muon(quick)?, ode(quick)?].concat()),
-        "cnf" | "stack" => Err(Error::NotImplemented(format!("bench area `{area}`"))),
+        "stack" => stack(quick),
+        "all" => Ok([optim(quick)?, muon(quick)?, ode(quick)?, stack(quick)?].concat()),
+        "cnf" => Err(Error::NotImplemented(format!("bench area `{area}`"))),
         other => Err(Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
@@ -232,5 +237,51 @@ fn muon(quick: bool) -> Result<Vec<Figure>> {
             ns_s * 1e3 / full_products_ms,
             "ratio",
         ),
+    ])
+}
+
+/// The stack figure's model: 16 layers of a 1024-4096-1024 block in f16 (256 MiB).
+pub fn stack_bench_config() -> Result<crate::stack::StackConfig> {
+    crate::stack::StackConfig::new(16, 1024, 4096, crate::backend::DType::F16)
+}
+
+fn stack(quick: bool) -> Result<Vec<Figure>> {
+    use crate::stack::{build, Strategy};
+    let reps = if quick { 1 } else { 5 };
+    let cfg = stack_bench_config()?;
+    let bytes = cfg.final_bytes() as f64;
+    let n = cfg.params();
+    let fill_s = median_seconds(reps, || {
+        std::hint::black_box(vec![half::f16::ONE; n]);
+    });
+    let mut err = None;
+    let init_s = median_seconds(reps, || {
+        match build::<half::f16>(&cfg, 0, Strategy::ChunkedDirect, &mut ()) {
+            Ok(m) => drop(std::hint::black_box(m)),
+            Err(e) => err = Some(e),
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    // the generator alone, into a warm 64 KiB buffer: the compute half of the init
+    let mut scratch = vec![0f32; crate::stack::init::CHUNK_ELEMS];
+    let key = crate::stack::rng::stream_key(0, 0, 0);
+    let rounds = 256u64;
+    let rng_s = median_seconds(reps, || {
+        for r in 0..rounds {
+            let start = r * scratch.len() as u64;
+            crate::stack::rng::fill_f32(key, 0.5, start, &mut scratch);
+            std::hint::black_box(&scratch);
+        }
+    });
+    let rng_rate = (rounds as usize * scratch.len()) as f64 / rng_s / 1e9;
+    let (init, fill) = (bytes / init_s / 1e9, bytes / fill_s / 1e9);
+    Ok(vec![
+        fig("init_chunked_gbps", init, "GB/s"),
+        fig("fresh_write_gbps", fill, "GB/s"),
+        fig("init_chunked_vs_fresh_write", init / fill, "ratio"),
+        fig("init_chunked_16x1024x4096_ms", init_s * 1e3, "ms"),
+        fig("counter_rng_gelems", rng_rate, "Gelem/s"),
     ])
 }

@@ -1,5 +1,6 @@
 //! Replays the committed fuzz corpus and every minimised crash (fixtures/regressions/, each with
 //! a line in its README on what broke) through the same entry points the fuzz targets use.
+//! (The `stack` target measures memory: its corpus is replayed by the serialised `memory.rs`.)
 
 use std::path::Path;
 

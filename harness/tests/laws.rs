@@ -58,6 +58,14 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "muon_singular_value_band",
         "muon_zero_gradient_zero_update",
         "muon_sharding_and_order_invariant",
+        // tests/stack.rs
+        "stack_strategies_bitwise_identical",
+        "stack_f16_init_is_cast_of_f32",
+        "stack_scan_equals_unrolled",
+        // tests/memory.rs
+        "stack_peak_within_bound",
+        "stack_chunked_within_one_percent",
+        "stack_scan_memory_flat",
     ];
     for law in laws::registry() {
         assert!(

@@ -2,8 +2,11 @@
 //! `main` (`harness = false`) running the tests one after another on the main thread: libtest's
 //! worker and output-capture threads would otherwise allocate during a measurement.
 
+use harness::backend::DType;
 use harness::laws::radam::{reference_steppers, trace_once_memory_flat, MemCase};
+use harness::laws::stack::{self, StackCase};
 use harness::laws::{self, RunConfig};
+use harness::stack::StackConfig;
 
 fn radam_steps_trace_once_and_memory_stays_flat() {
     let law = laws::find("radam_steps_trace_once_memory_flat").unwrap();
@@ -59,6 +62,100 @@ fn measure_sees_an_allocation_and_its_release() {
     assert!(m2.live_delta <= -(1 << 20), "{m2:?}");
 }
 
+fn assert_memory_law(name: &str) {
+    let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
+    assert!(law.measures_memory, "{name}");
+    let r = laws::run(&law, RunConfig::new(None, None));
+    assert!(r.passed, "{name}: {}", r.counterexample.unwrap_or_default());
+}
+
+fn stack_every_strategy_peaks_within_its_bound() {
+    assert_memory_law("stack_peak_within_bound");
+}
+
+fn stack_chunked_direct_stays_within_one_percent() {
+    assert_memory_law("stack_chunked_within_one_percent");
+}
+
+fn stack_scan_activation_memory_does_not_grow_with_layers() {
+    assert_memory_law("stack_scan_memory_flat");
+}
+
+fn stack_chunked_direct_is_within_one_percent_for_the_cli_model() {
+    // the target: 16 x 1024-4096-1024 f16 (256 MiB final), chunked-direct <= 1.01x
+    let _g = harness::probe::exclusive();
+    let case = StackCase {
+        layers: 16,
+        width: 1024,
+        hidden: 4096,
+        dtype: DType::F16,
+        seed: 0,
+    };
+    stack::chunked_within_one_percent(&case, &stack::Reference).unwrap();
+}
+
+fn stack_vmap_fp32_mutant_is_caught_and_prints_the_measured_ratio() {
+    let reports = harness::mutants::run_all(Some("stack-vmap-fp32"));
+    let r = &reports[0];
+    assert!(r.caught, "stack-vmap-fp32 was not caught");
+    let c = r.counterexample.as_deref().unwrap();
+    assert!(c.contains("chunked-direct: measured peak"), "{c}");
+    assert!(c.contains("x final"), "{c}");
+    // and the 1% requirement sees the whole f32 copy: (4 + 2) / 2 = 3x for f16
+    let _g = harness::probe::exclusive();
+    let case = StackCase {
+        layers: 8,
+        width: 256,
+        hidden: 1024,
+        dtype: DType::F16,
+        seed: 0,
+    };
+    let e = stack::chunked_within_one_percent(&case, &harness::mutants::VmapFp32).unwrap_err();
+    assert!(e.contains("= 3.00"), "{e}");
+}
+
+fn stack_measured_peaks_are_exact_for_a_fixed_model() {
+    // 4 x 16-64-16 f16: P = 2*16*64 + 64 + 16 = 2128, final N*P*2 = 17,024 bytes
+    let _g = harness::probe::exclusive();
+    let cfg = StackConfig::new(4, 16, 64, DType::F16).unwrap();
+    let rows = stack::measure_peaks(&stack::Reference, &cfg, 42, None).unwrap();
+    assert!(rows.iter().all(|r| r.within_bound), "{rows:?}");
+    let table: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "strategy": r.name, "peak_bytes": r.peak_bytes,
+                "ratio": format!("{:.4}", r.ratio), "bound_bytes": r.bound_bytes,
+                "checksum": r.checksum,
+            })
+        })
+        .collect();
+    insta::assert_json_snapshot!(
+        "stack_measured_peaks_4x16x64_f16",
+        (cfg.final_bytes(), table)
+    );
+}
+
+fn stack_fuzz_corpus_and_regressions_replay_clean() {
+    // replayed here, not in fuzz_replay.rs: the target measures peaks, so it must run serialised
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+    let mut n = 0;
+    for dir in ["corpus", "regressions"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir).join("stack")) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.unwrap().path();
+            let data = std::fs::read(&p).unwrap();
+            if let Err(msg) = harness::laws::fuzz::stack(&data) {
+                panic!("{}: {msg}", p.display());
+            }
+            n += 1;
+        }
+    }
+    assert!(n >= 6, "only {n} inputs replayed");
+}
+
 /// The planned Newton–Schulz form reuses its workspace: after the first call, calls leave live
 /// bytes where they were and make the same number of allocations each — only gemm 0.15's own
 /// per-call scratch (a flag vector of `mc/MR` bytes, and a packed panel when it packs the right
@@ -108,7 +205,7 @@ fn muon_planned_newton_schulz_reuses_its_workspace() {
 }
 
 fn main() {
-    let tests: [(&str, fn()); 5] = [
+    let tests: [(&str, fn()); 12] = [
         (
             "muon_planned_newton_schulz_reuses_its_workspace",
             muon_planned_newton_schulz_reuses_its_workspace,
@@ -128,6 +225,34 @@ fn main() {
         (
             "measure_sees_an_allocation_and_its_release",
             measure_sees_an_allocation_and_its_release,
+        ),
+        (
+            "stack_every_strategy_peaks_within_its_bound",
+            stack_every_strategy_peaks_within_its_bound,
+        ),
+        (
+            "stack_chunked_direct_stays_within_one_percent",
+            stack_chunked_direct_stays_within_one_percent,
+        ),
+        (
+            "stack_scan_activation_memory_does_not_grow_with_layers",
+            stack_scan_activation_memory_does_not_grow_with_layers,
+        ),
+        (
+            "stack_chunked_direct_is_within_one_percent_for_the_cli_model",
+            stack_chunked_direct_is_within_one_percent_for_the_cli_model,
+        ),
+        (
+            "stack_vmap_fp32_mutant_is_caught_and_prints_the_measured_ratio",
+            stack_vmap_fp32_mutant_is_caught_and_prints_the_measured_ratio,
+        ),
+        (
+            "stack_measured_peaks_are_exact_for_a_fixed_model",
+            stack_measured_peaks_are_exact_for_a_fixed_model,
+        ),
+        (
+            "stack_fuzz_corpus_and_regressions_replay_clean",
+            stack_fuzz_corpus_and_regressions_replay_clean,
         ),
     ];
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));

@@ -66,6 +66,10 @@ enum Cmd {
         hidden: usize,
         #[arg(long, default_value = "f16")]
         dtype: String,
+        /// Seed of the counter-based generator (every strategy builds the same model).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Write a plot of live bytes over each build.
         #[arg(long)]
         svg: Option<PathBuf>,
         #[arg(long)]
@@ -101,9 +105,15 @@ fn main() -> ExitCode {
         Cmd::Golden { paths, json } => golden(paths, json),
         Cmd::Mutants { only, json } => mutants(only, json),
         Cmd::Bench { area, quick, json } => bench(&area, quick, json),
-        Cmd::InitPeaks { .. } => Err(Usage(
-            "init-peaks: not implemented in this build (issue 7)".into(),
-        )),
+        Cmd::InitPeaks {
+            layers,
+            width,
+            hidden,
+            dtype,
+            seed,
+            svg,
+            json,
+        } => init_peaks(layers, width, hidden, &dtype, seed, svg, json),
         Cmd::TrainCnf { .. } => Err(Usage(
             "train-cnf: not implemented in this build (issue 6)".into(),
         )),
@@ -237,4 +247,115 @@ fn bench(area: &str, quick: bool, json: Option<PathBuf>) -> Outcome {
     print!("{}", t.render());
     save(json, &serde_json::json!({"area": area, "figures": figures}))?;
     Ok(true)
+}
+
+fn init_peaks(
+    layers: usize,
+    width: usize,
+    hidden: usize,
+    dtype: &str,
+    seed: u64,
+    svg: Option<PathBuf>,
+    json: Option<PathBuf>,
+) -> Outcome {
+    use harness::backend::DType;
+    use harness::laws::stack::{measure_peaks, Reference};
+    use harness::report::svg::{line_chart, Series};
+    use harness::stack::StackConfig;
+    let dt = DType::parse(dtype)
+        .filter(|d| *d != DType::I32)
+        .ok_or_else(|| Usage(format!("--dtype {dtype:?}: expected f16, f32 or f64")))?;
+    let cfg = StackConfig::new(layers, width, hidden, dt)
+        .map_err(|e| Usage(format!("--layers/--width/--hidden: {e}")))?;
+    let mut timelines = Vec::new();
+    let rows = {
+        let _g = harness::probe::exclusive();
+        measure_peaks(
+            &Reference,
+            &cfg,
+            seed,
+            svg.is_some().then_some(&mut timelines),
+        )
+    };
+    let rows = match rows {
+        Ok(r) => r,
+        Err(e) => {
+            println!("init-peaks failed: {e}");
+            return Ok(false);
+        }
+    };
+    let fin = cfg.final_bytes();
+    println!(
+        "{layers} layers of {width}-{hidden}-{width} in {dt}: P = {} parameters per layer, final N*P*s = {fin} bytes ({:.1} MiB)",
+        cfg.params_per_layer(),
+        fin as f64 / (1 << 20) as f64
+    );
+    let mut t = Table::new(&[
+        "strategy",
+        "peak_bytes",
+        "ratio",
+        "bound_bytes",
+        "bound_ratio",
+        "bound",
+        "within",
+        "checksum",
+    ]);
+    for r in &rows {
+        t.row(vec![
+            r.name.clone(),
+            r.peak_bytes.to_string(),
+            format!("{:.4}", r.ratio),
+            r.bound_bytes.to_string(),
+            format!("{:.4}", r.bound_ratio),
+            r.formula.clone(),
+            if r.within_bound { "yes" } else { "NO" }.into(),
+            r.checksum.clone(),
+        ]);
+    }
+    print!("{}", t.render());
+    let identical = rows.iter().all(|r| r.checksum == rows[0].checksum);
+    println!(
+        "models {}",
+        if identical {
+            "bit-identical across strategies"
+        } else {
+            "DIFFER across strategies"
+        }
+    );
+    if let Some(path) = &svg {
+        let series: Vec<Series> = timelines
+            .iter()
+            .map(|(s, tl)| {
+                let n = tl.samples().len().max(2) - 1;
+                Series {
+                    name: s.name().to_string(),
+                    points: tl
+                        .samples()
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| (i as f64 / n as f64, x.live_bytes as f64 / (1 << 20) as f64))
+                        .collect(),
+                }
+            })
+            .collect();
+        let title = format!(
+            "live bytes during init: {layers} x {width}-{hidden}-{width} {dt} (final {:.0} MiB)",
+            fin as f64 / (1 << 20) as f64
+        );
+        let doc = line_chart(
+            &title,
+            "build progress (sample points)",
+            "MiB above baseline",
+            &series,
+        );
+        std::fs::write(path, doc).map_err(|e| Usage(format!("{}: {e}", path.display())))?;
+    }
+    save(
+        json,
+        &serde_json::json!({
+            "layers": layers, "width": width, "hidden": hidden, "dtype": dt,
+            "final_bytes": fin, "strategies": rows, "bit_identical": identical,
+        }),
+    )?;
+    Ok(identical && rows.iter().all(|r| r.within_bound))
 }

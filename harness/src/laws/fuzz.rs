@@ -415,3 +415,55 @@ fn muon_e<E: crate::backend::Float>(input: &MuonInput) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Raw stack build: any layer count, width, hidden size (zeros included), dtype and seed. Sizes
+/// are reduced modulo `N <= 32`, `D <= 128`, `H <= 256`, and the layer count is then capped so
+/// that the largest transient (`N*P*(4+8)` bytes) stays within [`STACK_FUZZ_CAP`].
+#[derive(Debug, Clone, Arbitrary)]
+pub struct StackInput {
+    pub layers: u8,
+    pub width: u16,
+    pub hidden: u16,
+    pub dtype: u8,
+    pub seed: u64,
+}
+
+/// Memory cap of one `stack` fuzz input: 8 MiB.
+pub const STACK_FUZZ_CAP: usize = 8 << 20;
+
+impl StackInput {
+    /// The law input this fuzz input stands for.
+    pub fn to_case(&self) -> super::stack::StackCase {
+        let (d, h) = ((self.width % 129) as usize, (self.hidden % 257) as usize);
+        let p = 2 * d * h + d + h;
+        let n = ((self.layers % 33) as usize).min(STACK_FUZZ_CAP / (12 * p).max(1));
+        super::stack::StackCase {
+            layers: n,
+            width: d,
+            hidden: h,
+            dtype: [DType::F16, DType::F32, DType::F64][(self.dtype % 3) as usize],
+            seed: self.seed,
+        }
+    }
+}
+
+/// The `stack` target: a zero size is rejected with a typed error naming the field; any other
+/// input satisfies every stack law (all strategies bit-identical, f16 = cast(f32), scan = loop,
+/// measured peaks within their bounds). No input may panic.
+pub fn stack(data: &[u8]) -> Result<(), String> {
+    let Ok(input) = StackInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return Ok(());
+    };
+    let case = input.to_case();
+    match case.config() {
+        Err(e) if case.layers == 0 || case.width == 0 || case.hidden == 0 => {
+            if e.contains("must be >= 1") {
+                Ok(())
+            } else {
+                Err(format!("zero size rejected with the wrong error: {e}"))
+            }
+        }
+        Err(e) => Err(format!("valid sizes rejected: {e}")),
+        Ok(_) => super::stack::check_case(&case),
+    }
+}

@@ -14,6 +14,7 @@ pub mod linesearch;
 pub mod muon;
 pub mod ode;
 pub mod radam;
+pub mod stack;
 pub mod strategies;
 
 use proptest::strategy::Strategy;
@@ -96,6 +97,7 @@ pub fn registry() -> Vec<Law> {
     v.extend(ode::laws());
     v.extend(linesearch::laws());
     v.extend(muon::laws());
+    v.extend(stack::laws());
     v
 }
 

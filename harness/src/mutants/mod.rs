@@ -8,6 +8,9 @@ pub mod linesearch_weak_init;
 mod muon_captured_coeffs;
 mod radam_cond_leak;
 mod radam_unsafe_where;
+mod stack_vmap_fp32;
+
+pub use stack_vmap_fp32::VmapFp32;
 
 use std::time::Instant;
 
@@ -43,6 +46,7 @@ pub fn registry() -> Vec<Mutant> {
         linesearch_weak_init::mutant(),
         linesearch_rebuilt_objective::mutant(),
         muon_captured_coeffs::mutant(),
+        stack_vmap_fp32::mutant(),
     ]
 }
 

@@ -4,6 +4,9 @@
 //! a measurement therefore sees every thread. Code that measures must hold [`exclusive`] so that
 //! two measurements never overlap, and tests that measure live in their own test binary.
 
+pub mod timeline;
+pub use timeline::Timeline;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};

@@ -1,5 +1,7 @@
 //! Human tables on stdout and the JSON files of CLI.md.
 
+pub mod svg;
+
 use std::io::Write;
 use std::path::Path;
 

@@ -1,0 +1,59 @@
+//! Live bytes over time: a sample buffer filled at explicit points during a measured scope.
+//!
+//! The buffer is allocated up front (before the measurement's baseline) and never grows, so
+//! recording does not allocate: a full timeline drops further samples and counts them.
+//! The reference code calls sample points through its own hook traits (e.g.
+//! `stack::Observer`); the laws implement those hooks for [`Timeline`].
+
+use super::counters;
+
+/// One sample: live bytes and the peak so far, both above the timeline's baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Sample {
+    pub live_bytes: usize,
+    pub peak_bytes: usize,
+}
+
+/// A fixed-capacity record of live bytes.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    baseline: usize,
+    samples: Vec<Sample>,
+    dropped: usize,
+}
+
+impl Timeline {
+    /// Room for `capacity` samples (allocated now).
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            baseline: 0,
+            samples: Vec::with_capacity(capacity.max(1)),
+            dropped: 0,
+        }
+    }
+    /// Start a new record: the baseline is the current live bytes; earlier samples are cleared.
+    pub fn start(&mut self) {
+        self.samples.clear();
+        self.dropped = 0;
+        self.baseline = counters().live_bytes;
+    }
+    /// Record the current live bytes and peak (both above the baseline); never allocates.
+    pub fn record(&mut self) {
+        let c = counters();
+        if self.samples.len() < self.samples.capacity() {
+            self.samples.push(Sample {
+                live_bytes: c.live_bytes.saturating_sub(self.baseline),
+                peak_bytes: c.peak_bytes.saturating_sub(self.baseline),
+            });
+        } else {
+            self.dropped += 1;
+        }
+    }
+    pub fn samples(&self) -> &[Sample] {
+        &self.samples
+    }
+    /// Samples that did not fit.
+    pub fn dropped(&self) -> usize {
+        self.dropped
+    }
+}

@@ -1,0 +1,184 @@
+//! Hand-written SVG line charts: one polyline per series, axes with ticks, a legend.
+//!
+//! Guarantees: the output is a complete, standalone SVG 1.1 document; names are XML-escaped;
+//! empty series are skipped; a chart with no points still renders its axes.
+
+use std::fmt::Write;
+
+/// One named line.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+const PALETTE: [&str; 8] = [
+    "#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A "nice" tick step covering `span` in about `n` steps (1, 2 or 5 times a power of ten).
+fn tick_step(span: f64, n: f64) -> f64 {
+    if span <= 0.0 || !span.is_finite() {
+        return 1.0;
+    }
+    let raw = span / n;
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|&s| s >= raw)
+        .unwrap_or(10.0 * p)
+}
+
+fn label(x: f64) -> String {
+    if x == x.round() && x.abs() < 1e7 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// Render a line chart (800 x 500).
+pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+    let (w, h) = (800.0, 500.0);
+    let (left, right, top, bottom) = (80.0, 220.0, 40.0, 60.0);
+    let (pw, ph) = (w - left - right, h - top - bottom);
+    let pts = series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+    for &(x, y) in pts {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() || x1 <= x0 {
+        (x0, x1) = (0.0, 1.0);
+    }
+    let ys = tick_step(y1, 5.0);
+    let y1 = if y1 <= 0.0 {
+        1.0
+    } else {
+        (y1 / ys).ceil() * ys
+    };
+    let sx = |x: f64| left + (x - x0) / (x1 - x0) * pw;
+    let sy = |y: f64| top + ph - y / y1 * ph;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(o, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
+        left + pw / 2.0,
+        esc(title)
+    );
+    // grid and ticks
+    let mut y = 0.0;
+    while y <= y1 + ys * 1e-9 {
+        let py = sy(y);
+        let _ = writeln!(
+            o,
+            r##"<line x1="{left}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            left + pw,
+            left - 6.0,
+            py + 4.0,
+            label(y)
+        );
+        y += ys;
+    }
+    let xs = tick_step(x1 - x0, 5.0);
+    let mut x = (x0 / xs).ceil() * xs;
+    while x <= x1 + xs * 1e-9 {
+        let px = sx(x);
+        let _ = writeln!(
+            o,
+            r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{:.1}" stroke="#000"/><text x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            top + ph,
+            top + ph + 5.0,
+            top + ph + 18.0,
+            label(x)
+        );
+        x += xs;
+    }
+    let _ = writeln!(
+        o,
+        r##"<path d="M{left},{top} V{} H{}" fill="none" stroke="#000"/>"##,
+        top + ph,
+        left + pw
+    );
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        left + pw / 2.0,
+        h - 15.0,
+        esc(x_label)
+    );
+    let _ = writeln!(
+        o,
+        r#"<text transform="translate(20,{}) rotate(-90)" text-anchor="middle">{}</text>"#,
+        top + ph / 2.0,
+        esc(y_label)
+    );
+    // lines and legend
+    for (i, s) in series.iter().filter(|s| !s.points.is_empty()).enumerate() {
+        let c = PALETTE[i % PALETTE.len()];
+        let d: Vec<String> = s
+            .points
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y)))
+            .collect();
+        let _ = writeln!(
+            o,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#,
+            d.join(" ")
+        );
+        let ly = top + 10.0 + 20.0 * i as f64;
+        let lx = left + pw + 15.0;
+        let _ = writeln!(
+            o,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
+            lx + 20.0,
+            lx + 26.0,
+            ly + 4.0,
+            esc(&s.name)
+        );
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_lines_legend_and_escapes_names() {
+        let s = line_chart(
+            "t",
+            "x",
+            "y",
+            &[Series {
+                name: "a<b".into(),
+                points: vec![(0.0, 0.0), (1.0, 2.0)],
+            }],
+        );
+        assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
+        assert_eq!(s.matches("<polyline").count(), 1);
+        assert!(s.contains("a&lt;b"));
+    }
+
+    #[test]
+    fn tick_steps_are_one_two_five() {
+        assert_eq!(tick_step(10.0, 5.0), 2.0);
+        assert_eq!(tick_step(768.0, 5.0), 200.0);
+        assert_eq!(tick_step(1.0, 5.0), 0.2);
+    }
+}

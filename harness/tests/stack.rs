@@ -1,0 +1,163 @@
+//! Stacked init (issue 7, equinox #673): the pure laws, conversions, typed errors, and reviewed
+//! snapshots of the analytic bounds and of the initialised stack's checksums. (The measured
+//! peaks, the scan memory law and the `stack-vmap-fp32` mutant live in `memory.rs`, serialised.)
+
+use harness::backend::{DType, Float};
+use harness::laws::{self, RunConfig};
+use harness::stack::{bounds, build, build_any, forward, StackConfig, Strategy, TensorId};
+use harness::Error;
+
+fn assert_law_holds(name: &str) {
+    let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
+    assert!(!law.measures_memory);
+    let r = laws::run(&law, RunConfig::new(None, None));
+    assert!(
+        r.passed,
+        "{name} failed:\n{}",
+        r.counterexample.unwrap_or_default()
+    );
+}
+
+#[test]
+fn all_strategies_build_the_bit_identical_stack() {
+    assert_law_holds("stack_strategies_bitwise_identical");
+}
+
+#[test]
+fn f16_init_is_the_cast_of_f32_init() {
+    assert_law_holds("stack_f16_init_is_cast_of_f32");
+}
+
+#[test]
+fn scan_equals_unrolled_loop_bitwise() {
+    assert_law_holds("stack_scan_equals_unrolled");
+}
+
+#[test]
+fn zero_sizes_and_overflow_are_typed_errors() {
+    assert!(matches!(
+        StackConfig::new(0, 1024, 4096, DType::F16),
+        Err(Error::InvalidHyper { name: "layers", .. })
+    ));
+    assert!(matches!(
+        StackConfig::new(16, 1 << 31, 1 << 31, DType::F16),
+        Err(Error::Overflow(_))
+    ));
+}
+
+#[test]
+fn list_and_stack_convert_both_ways_without_changing_bits() {
+    let cfg = StackConfig::new(3, 5, 7, DType::F16).unwrap();
+    let list = build::<half::f16>(&cfg, 11, Strategy::LayerwiseList, &mut ())
+        .unwrap()
+        .into_list()
+        .unwrap();
+    let stacked = list.to_stacked().unwrap();
+    assert_eq!(stacked.to_list().unwrap(), list);
+    assert_eq!(list.checksum(), stacked.checksum());
+    assert_eq!(list.into_stacked().unwrap(), stacked);
+}
+
+#[test]
+fn any_dtype_build_reports_final_bytes() {
+    for dt in [DType::F16, DType::F32, DType::F64] {
+        let cfg = StackConfig::new(2, 3, 4, dt).unwrap();
+        let b = build_any(&cfg, 0, Strategy::Preallocated, &mut ()).unwrap();
+        // P = 2*3*4 + 4 + 3 = 31; N*P*s = 62 s
+        assert_eq!(b.data_bytes(), 62 * dt.size());
+    }
+}
+
+#[test]
+fn forward_rejects_a_batch_of_the_wrong_width() {
+    let cfg = StackConfig::new(2, 3, 4, DType::F32).unwrap();
+    let m = build::<f32>(&cfg, 0, Strategy::ChunkedDirect, &mut ())
+        .unwrap()
+        .into_stacked()
+        .unwrap();
+    let x = harness::backend::Array::new(vec![1, 4], vec![0f32; 4]).unwrap();
+    assert!(matches!(
+        forward::forward_scan(&m, &x),
+        Err(Error::ShapeMismatch { .. })
+    ));
+}
+
+#[derive(serde::Serialize)]
+struct BoundRow {
+    strategy: &'static str,
+    formula: &'static str,
+    bound_bytes: usize,
+    bound_ratio: String,
+}
+
+fn bound_table(cfg: &StackConfig) -> (usize, Vec<BoundRow>) {
+    let rows = Strategy::ALL
+        .into_iter()
+        .map(|s| BoundRow {
+            strategy: s.name(),
+            formula: bounds::formula(s),
+            bound_bytes: bounds::peak_bound(cfg, s),
+            bound_ratio: format!("{:.6}", bounds::ratio_bound(cfg, s)),
+        })
+        .collect();
+    (cfg.final_bytes(), rows)
+}
+
+#[test]
+fn analytic_bounds_for_the_cli_model_and_a_small_one() {
+    // 16 x 1024-4096-1024 f16 (the CLI figure) and 4 x 16-64-16 f16 (the measured snapshot)
+    let big = StackConfig::new(16, 1024, 4096, DType::F16).unwrap();
+    let small = StackConfig::new(4, 16, 64, DType::F16).unwrap();
+    insta::assert_json_snapshot!("stack_bounds", [bound_table(&big), bound_table(&small)]);
+}
+
+#[derive(serde::Serialize)]
+struct TensorSum {
+    tensor: &'static str,
+    shape: Vec<usize>,
+    first: Vec<f64>,
+    sum: f64,
+}
+
+#[derive(serde::Serialize)]
+struct Checksum {
+    dtype: DType,
+    checksum: String,
+    tensors: Vec<TensorSum>,
+}
+
+fn checksum_of<E: Float>(cfg: &StackConfig, seed: u64) -> Checksum {
+    let m = build::<E>(cfg, seed, Strategy::ChunkedDirect, &mut ())
+        .unwrap()
+        .into_stacked()
+        .unwrap();
+    Checksum {
+        dtype: E::DTYPE,
+        checksum: format!("{:016x}", m.checksum()),
+        tensors: TensorId::ALL
+            .into_iter()
+            .map(|t| {
+                let a = &m.tensors[t as usize];
+                TensorSum {
+                    tensor: t.name(),
+                    shape: a.shape().to_vec(),
+                    first: a.data().iter().take(3).map(|x| x.as_f64()).collect(),
+                    // f64 sum in index order: exact enough to pin every element's rounding
+                    sum: a.data().iter().map(|x| x.as_f64()).sum(),
+                }
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn initialised_stack_checksums() {
+    // 3 layers of 8-16-8, seed 42: any change to the generator, the limits or the casts shows
+    let cfg = |dt| StackConfig::new(3, 8, 16, dt).unwrap();
+    let rows = vec![
+        checksum_of::<half::f16>(&cfg(DType::F16), 42),
+        checksum_of::<f32>(&cfg(DType::F32), 42),
+        checksum_of::<f64>(&cfg(DType::F64), 42),
+    ];
+    insta::assert_json_snapshot!("stack_checksums", rows);
+}

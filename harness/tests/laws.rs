@@ -45,6 +45,10 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "ode_step_control",
         "ode_round_trip_and_reproducible",
         "ode_bad_input_is_typed_error",
+        "ode_grad_matches_finite_differences",
+        "ode_grad_checkpointed_equals_full_tape",
+        // harness/tests/memory.rs
+        "ode_grad_checkpoint_memory_bound",
     ];
     for law in laws::registry() {
         assert!(

@@ -449,18 +449,25 @@ pub fn taped_gather(t: Taped, idx: &[usize]) -> Taped {
     t.gather(i)
 }
 
-/// `M v` for a row-major `rows x cols` matrix `m` stored flat.
+/// `M v` for a row-major `rows x cols` matrix `m` stored flat, as `sum_j M[i, j] * v[j]`
+/// (broadcast, multiply, sum over columns). dfdx's `matmul` would call `gemm`, which may hand
+/// work to rayon threads whose allocations make memory measurements jitter by a few KB.
 pub fn taped_matvec(m: Taped, rows: usize, cols: usize, v: Taped) -> Taped {
-    use dfdx::prelude::{ReshapeTo, TryMatMul};
+    use dfdx::prelude::{Axis, BroadcastTo, ReshapeTo, SumTo};
     let m2 = m.reshape_like(&(rows, cols));
-    let v2 = v.reshape_like(&(cols, 1usize));
-    m2.matmul(v2).reshape_like(&(rows,))
+    let v2 = v.broadcast_like::<(usize, usize), Axis<0>>(&(rows, cols));
+    (m2 * v2).sum::<(usize,), Axis<1>>()
 }
 
 /// Vector-Jacobian product: merge `parked` tapes into `out`'s, back-propagate
 /// `sum(weights * out)`, and return the gradient of every leaf in `leaves` (zeros for a leaf the
 /// graph does not reach).
-pub fn taped_vjp(out: Taped, weights: &[f64], parked: Vec<Tape64>, leaves: &[&Taped]) -> Vec<Vec<f64>> {
+pub fn taped_vjp(
+    out: Taped,
+    weights: &[f64],
+    parked: Vec<Tape64>,
+    leaves: &[&Taped],
+) -> Vec<Vec<f64>> {
     use dfdx::prelude::{Backward, Merge, PutTape, SplitTape, SumTo};
     let (v, mut tape) = out.split_tape();
     for p in parked {

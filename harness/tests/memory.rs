@@ -74,12 +74,20 @@ fn ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound() {
         for r in &rows {
             println!(
                 "  {solver} n={} c={} state={}B full_tape_peak={}B checkpointed_peak={}B bound={}B",
-                r.steps, r.checkpoints, r.state_bytes, r.full_tape_peak, r.checkpointed_peak, r.bound
+                r.steps,
+                r.checkpoints,
+                r.state_bytes,
+                r.full_tape_peak,
+                r.checkpointed_peak,
+                r.bound
             );
         }
         check_grad_memory(&rows, false).unwrap();
         // A "checkpointed" form that keeps every state (the full tape) breaks the bound.
-        assert!(check_grad_memory(&rows, true).is_err(), "{solver}: full tape within bound");
+        assert!(
+            check_grad_memory(&rows, true).is_err(),
+            "{solver}: full tape within bound"
+        );
     }
 }
 

@@ -138,7 +138,10 @@ fn finite_difference_law_fails_when_a_stage_drops_its_theta_term() {
             let bad = c
                 .gradient(GradMode::FullTape, Some(Mutation::DropThetaOfStage(stage)))
                 .unwrap();
-            assert_eq!(bad.d_y0, good.d_y0, "y0 gradient does not involve the mutation");
+            assert_eq!(
+                bad.d_y0, good.d_y0,
+                "y0 gradient does not involve the mutation"
+            );
             let r = c.compare_with_fd(&bad);
             assert!(r.is_err(), "stage {stage}: mutant passed the FD law: {r:?}");
         }
@@ -162,11 +165,16 @@ fn gradient_rejects_mismatched_and_non_finite_input() {
     let tab = Solver::Tsit5.tableau();
     let ctl = Controller::constant(0.1).unwrap();
     let o = SolveOptions::default();
-    let run = |y0: &[f64], w: &[f64]| {
-        gradient(&lin, &tab, &ctl, 0.0, 1.0, y0, w, GradMode::FullTape, &o)
-    };
-    assert!(matches!(run(&[1.0], &[1.0, 0.0]), Err(harness::Error::ShapeMismatch { .. })));
-    assert!(matches!(run(&[1.0, 0.0], &[1.0]), Err(harness::Error::ShapeMismatch { .. })));
+    let run =
+        |y0: &[f64], w: &[f64]| gradient(&lin, &tab, &ctl, 0.0, 1.0, y0, w, GradMode::FullTape, &o);
+    assert!(matches!(
+        run(&[1.0], &[1.0, 0.0]),
+        Err(harness::Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        run(&[1.0, 0.0], &[1.0]),
+        Err(harness::Error::ShapeMismatch { .. })
+    ));
     assert!(matches!(
         run(&[f64::NAN, 0.0], &[1.0, 0.0]),
         Err(harness::Error::InvalidHyper { .. })
@@ -182,7 +190,17 @@ fn gradient_rejects_mismatched_and_non_finite_input() {
         delta: 1.0,
     };
     assert!(matches!(
-        gradient(&lv, &tab, &ctl, 0.0, 1.0, &[1.0, 1.0], &[1.0, 0.0], GradMode::FullTape, &o),
+        gradient(
+            &lv,
+            &tab,
+            &ctl,
+            0.0,
+            1.0,
+            &[1.0, 1.0],
+            &[1.0, 0.0],
+            GradMode::FullTape,
+            &o
+        ),
         Err(harness::Error::InvalidHyper { .. })
     ));
 }

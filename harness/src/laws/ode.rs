@@ -353,9 +353,8 @@ fn grad_case(max_const_steps: u32) -> impl Strategy<Value = GradCase> {
     (
         prop_oneof![
             Just(None),
-            (0.5f64..2.0, 0.5f64..1.5, 1.0f64..3.0, 0.5f64..1.5).prop_map(|(a, b, g, d)| Some([
-                a, b, g, d
-            ]))
+            (0.5f64..2.0, 0.5f64..1.5, 1.0f64..3.0, 0.5f64..1.5)
+                .prop_map(|(a, b, g, d)| Some([a, b, g, d]))
         ],
         rotation_case(),
         0..Solver::ALL.len(),
@@ -366,7 +365,10 @@ fn grad_case(max_const_steps: u32) -> impl Strategy<Value = GradCase> {
         .prop_map(|(lv, mut rotation, solver, steps, rtol, (w0, w1))| {
             if lv.is_some() {
                 // LV needs a positive start; keep t1 <= 2 so the orbit stays O(1).
-                rotation.y0 = [0.5 + rotation.y0[0].abs() * 0.75, 0.5 + rotation.y0[1].abs() * 0.75];
+                rotation.y0 = [
+                    0.5 + rotation.y0[0].abs() * 0.75,
+                    0.5 + rotation.y0[1].abs() * 0.75,
+                ];
             }
             GradCase {
                 lv,
@@ -382,7 +384,9 @@ fn grad_case(max_const_steps: u32) -> impl Strategy<Value = GradCase> {
 impl GradCase {
     fn field(&self) -> Result<Box<dyn DiffField>, String> {
         Ok(match self.lv {
-            Some([a, b, g, d]) => Box::new(LotkaVolterra::new(a, b, g, d).map_err(|e| e.to_string())?),
+            Some([a, b, g, d]) => {
+                Box::new(LotkaVolterra::new(a, b, g, d).map_err(|e| e.to_string())?)
+            }
             None => Box::new(
                 Linear::damped_rotation(self.rotation.alpha, self.rotation.omega)
                     .map_err(|e| e.to_string())?,
@@ -450,7 +454,12 @@ impl GradCase {
             check("y0", i, g.d_y0[i], fd(&y0, i, &|y: &[f64]| loss(y, &theta)))?;
         }
         for i in 0..theta.len() {
-            check("theta", i, g.d_theta[i], fd(&theta, i, &|th: &[f64]| loss(&y0, th)))?;
+            check(
+                "theta",
+                i,
+                g.d_theta[i],
+                fd(&theta, i, &|th: &[f64]| loss(&y0, th)),
+            )?;
         }
         Ok(worst)
     }
@@ -477,7 +486,10 @@ pub fn grads_bitwise_equal(what: &str, a: &Gradient, b: &Gradient) -> Result<(),
             return Err(format!("{what}: {name} lengths {} != {}", x.len(), y.len()));
         }
         if let Some(i) = (0..x.len()).find(|&i| x[i].to_bits() != y[i].to_bits()) {
-            return Err(format!("{what}: {name}[{i}] {:?} != {:?} (bits differ)", x[i], y[i]));
+            return Err(format!(
+                "{what}: {name}[{i}] {:?} != {:?} (bits differ)",
+                x[i], y[i]
+            ));
         }
     }
     Ok(())
@@ -485,7 +497,10 @@ pub fn grads_bitwise_equal(what: &str, a: &Gradient, b: &Gradient) -> Result<(),
 
 /// The checkpointed gradient equals the full tape's bit for bit, for every checkpoint count
 /// `c = 1..=n` and the default budget; `mutation` applies to the checkpointed runs only.
-pub fn checkpointed_equals_full_with(c: &GradCase, mutation: Option<Mutation>) -> Result<(), String> {
+pub fn checkpointed_equals_full_with(
+    c: &GradCase,
+    mutation: Option<Mutation>,
+) -> Result<(), String> {
     let full = match c.gradient(GradMode::FullTape, None) {
         Err(e) if e.contains("max_steps") => return Ok(()),
         r => r?,
@@ -556,13 +571,23 @@ pub fn grad_memory(dim: usize, solver: Solver, steps: &[usize]) -> Result<Vec<Gr
     };
     // warm-up (one-time lazy allocations), then the overhead constant
     run(1, GradMode::FullTape)?;
-    let (_, overhead) = run(1, GradMode::Checkpointed { checkpoints: Some(1) })?;
+    let (_, overhead) = run(
+        1,
+        GradMode::Checkpointed {
+            checkpoints: Some(1),
+        },
+    )?;
     let state_bytes = dim * std::mem::size_of::<f64>();
     let mut out = Vec::new();
     for &n in steps {
         let c = (n as f64).sqrt().ceil() as usize;
         let (g, full_tape_peak) = run(n, GradMode::FullTape)?;
-        let (gc, checkpointed_peak) = run(n, GradMode::Checkpointed { checkpoints: Some(c) })?;
+        let (gc, checkpointed_peak) = run(
+            n,
+            GradMode::Checkpointed {
+                checkpoints: Some(c),
+            },
+        )?;
         grads_bitwise_equal("memory run", &gc, &g)?;
         let n_act = g.ts.len() - 1;
         let c = gc.checkpoints;
@@ -581,7 +606,10 @@ pub fn grad_memory(dim: usize, solver: Solver, steps: &[usize]) -> Result<Vec<Gr
 /// The checkpointed peak of every row is within its bound, and the full tape grows at least
 /// linearly: between the first and last rows by `>= 0.9 * (n_last - n_first) * state_bytes`.
 /// `use_full_tape_as_checkpointed` (the mutant) applies the bound to the full tape's peaks.
-pub fn check_grad_memory(rows: &[GradMemory], use_full_tape_as_checkpointed: bool) -> Result<(), String> {
+pub fn check_grad_memory(
+    rows: &[GradMemory],
+    use_full_tape_as_checkpointed: bool,
+) -> Result<(), String> {
     for r in rows {
         let peak = if use_full_tape_as_checkpointed {
             r.full_tape_peak
@@ -589,7 +617,10 @@ pub fn check_grad_memory(rows: &[GradMemory], use_full_tape_as_checkpointed: boo
             r.checkpointed_peak
         };
         if peak > r.bound {
-            return Err(format!("checkpointed peak {peak} B > bound {} B: {r:?}", r.bound));
+            return Err(format!(
+                "checkpointed peak {peak} B > bound {} B: {r:?}",
+                r.bound
+            ));
         }
     }
     if let (Some(a), Some(b)) = (rows.first(), rows.last()) {

@@ -180,9 +180,7 @@ pub fn gradient<F: DiffField + ?Sized>(
     mode: GradMode,
     opts: &SolveOptions,
 ) -> Result<Gradient> {
-    gradient_impl(
-        field, tableau, controller, t0, t1, y0, w, mode, opts, None,
-    )
+    gradient_impl(field, tableau, controller, t0, t1, y0, w, mode, opts, None)
 }
 
 /// Deliberately wrong variants of [`gradient`], for showing that the gradient laws can fail.
@@ -423,12 +421,12 @@ impl<'a, F: DiffField + ?Sized> Stepper<'a, F> {
         if self.fsal {
             y.copy_from_slice(&self.ytmp);
         } else {
-            for m in 0..d {
+            for (m, ym) in y.iter_mut().enumerate() {
                 let mut acc = 0.0;
                 for (i, &bi) in self.b.iter().enumerate() {
                     acc += bi * (dt * self.fs[i * d + m]);
                 }
-                y[m] += acc;
+                *ym += acc;
             }
         }
     }

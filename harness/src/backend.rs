@@ -604,3 +604,100 @@ pub fn gemm_into<A: Real>(
 
 /// Multiply-adds from which [`gemm_into`] runs multi-threaded (2^22: a 128x128x256 product).
 pub const GEMM_PARALLEL_MIN: usize = 1 << 22;
+/// A flat f64 dfdx tensor recording its operations on an owned tape: the unit of the one-step
+/// graphs of [`crate::ode::grad`].
+///
+/// dfdx quirks handled by the helpers below:
+/// * a tensor is reused in several places with `with_empty_tape()` ([`taped_reuse`]): the clone
+///   keeps the tensor's id, so gradients of every use accumulate into one slot, and binary ops
+///   merge the operands' tapes;
+/// * a value's own tape (the operations that produced it) must enter the final graph exactly
+///   once: [`taped_split`] takes it out so the value can be reused freely, and [`taped_vjp`]
+///   merges the parked tapes back before `backward` (operations are re-sorted by creation id,
+///   so merge order does not matter);
+/// * `Gradients::get` panics for an id no operation touched: [`taped_vjp`] allocates (zeros)
+///   first with `get_or_alloc_mut`;
+/// * `reshape_like` on a contiguous tensor keeps its id (no backward op), so a flat parameter
+///   reshaped into a matrix shares its gradient slot with the flat leaf.
+pub type Taped = Tensor<(usize,), f64, Cpu, dfdx::prelude::OwnedTape<f64, Cpu>>;
+
+/// The tape a [`Taped`] carries.
+pub type Tape64 = dfdx::prelude::OwnedTape<f64, Cpu>;
+
+/// A new leaf (a fresh id) holding `v`, recording on a new leaky tape.
+pub fn taped_leaf(dev: &Cpu, v: &[f64]) -> Taped {
+    use dfdx::prelude::Trace;
+    let t: Flat<f64> = dev.tensor((v.to_vec(), (v.len(),)));
+    t.leaky_traced()
+}
+
+/// The same tensor (same id, gradients flow to it) with an empty tape, for a second use.
+pub fn taped_reuse(t: &Taped) -> Taped {
+    use dfdx::prelude::WithEmptyTape;
+    t.with_empty_tape()
+}
+
+/// Take the tape out of `t`: the value (same id, empty tape) and the operations that made it.
+pub fn taped_split(t: Taped) -> (Taped, Tape64) {
+    use dfdx::prelude::{PutTape, SplitTape};
+    let (v, tape) = t.split_tape();
+    (v.put_tape(Tape64::default()), tape)
+}
+
+/// The values of a taped tensor.
+pub fn taped_values(t: &Taped) -> Vec<f64> {
+    use dfdx::prelude::HasShape;
+    if t.shape().0 == 0 {
+        return Vec::new();
+    }
+    t.as_vec()
+}
+
+/// `t * c` element-wise with a constant (untraced) vector.
+pub fn taped_mul_const(t: Taped, c: &[f64]) -> Taped {
+    let k: Flat<f64> = t.device().tensor((c.to_vec(), (c.len(),)));
+    t * k
+}
+
+/// `t[idx]` (gather; gradients scatter back).
+pub fn taped_gather(t: Taped, idx: &[usize]) -> Taped {
+    use dfdx::prelude::GatherTo;
+    let i: Tensor<(usize,), usize, Cpu> = t.device().tensor((idx.to_vec(), (idx.len(),)));
+    t.gather(i)
+}
+
+/// `M v` for a row-major `rows x cols` matrix `m` stored flat, as `sum_j M[i, j] * v[j]`
+/// (broadcast, multiply, sum over columns). dfdx's `matmul` would call `gemm`, which may hand
+/// work to rayon threads whose allocations make memory measurements jitter by a few KB.
+pub fn taped_matvec(m: Taped, rows: usize, cols: usize, v: Taped) -> Taped {
+    use dfdx::prelude::{Axis, BroadcastTo, ReshapeTo, SumTo};
+    let m2 = m.reshape_like(&(rows, cols));
+    let v2 = v.broadcast_like::<(usize, usize), Axis<0>>(&(rows, cols));
+    (m2 * v2).sum::<(usize,), Axis<1>>()
+}
+
+/// Vector-Jacobian product: merge `parked` tapes into `out`'s, back-propagate
+/// `sum(weights * out)`, and return the gradient of every leaf in `leaves` (zeros for a leaf the
+/// graph does not reach).
+pub fn taped_vjp(
+    out: Taped,
+    weights: &[f64],
+    parked: Vec<Tape64>,
+    leaves: &[&Taped],
+) -> Vec<Vec<f64>> {
+    use dfdx::prelude::{Backward, Merge, PutTape, SplitTape, SumTo};
+    let (v, mut tape) = out.split_tape();
+    for p in parked {
+        tape = tape.merge(p);
+    }
+    let out = v.put_tape(tape);
+    let loss = taped_mul_const(out, weights).sum::<(), _>();
+    let mut grads = loss.backward();
+    leaves
+        .iter()
+        .map(|l| {
+            let g = grads.get_or_alloc_mut(*l).expect("cpu allocation");
+            g.iter().copied().collect()
+        })
+        .collect()
+}

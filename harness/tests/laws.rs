@@ -66,6 +66,10 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "stack_peak_within_bound",
         "stack_chunked_within_one_percent",
         "stack_scan_memory_flat",
+        "ode_grad_matches_finite_differences",
+        "ode_grad_checkpointed_equals_full_tape",
+        // harness/tests/memory.rs
+        "ode_grad_checkpoint_memory_bound",
     ];
     for law in laws::registry() {
         assert!(

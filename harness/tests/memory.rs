@@ -204,8 +204,40 @@ fn muon_planned_newton_schulz_reuses_its_workspace() {
     }
 }
 
+fn ode_checkpointed_gradient_memory_stays_within_its_bound() {
+    let law = laws::find("ode_grad_checkpoint_memory_bound").unwrap();
+    let r = laws::run(&law, RunConfig::new(None, None));
+    assert!(r.passed, "{}", r.counterexample.unwrap_or_default());
+}
+
+fn ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound() {
+    use harness::laws::ode::{check_grad_memory, grad_memory, GRAD_MEM_STEPS};
+    use harness::ode::Solver;
+    let _g = harness::probe::exclusive();
+    for solver in [Solver::Tsit5, Solver::Midpoint] {
+        let rows = grad_memory(32, solver, &GRAD_MEM_STEPS).unwrap();
+        for r in &rows {
+            println!(
+                "  {solver} n={} c={} state={}B full_tape_peak={}B checkpointed_peak={}B bound={}B",
+                r.steps,
+                r.checkpoints,
+                r.state_bytes,
+                r.full_tape_peak,
+                r.checkpointed_peak,
+                r.bound
+            );
+        }
+        check_grad_memory(&rows, false).unwrap();
+        // A "checkpointed" form that keeps every state (the full tape) breaks the bound.
+        assert!(
+            check_grad_memory(&rows, true).is_err(),
+            "{solver}: full tape within bound"
+        );
+    }
+}
+
 fn main() {
-    let tests: [(&str, fn()); 12] = [
+    let tests: [(&str, fn()); 14] = [
         (
             "muon_planned_newton_schulz_reuses_its_workspace",
             muon_planned_newton_schulz_reuses_its_workspace,
@@ -253,6 +285,14 @@ fn main() {
         (
             "stack_fuzz_corpus_and_regressions_replay_clean",
             stack_fuzz_corpus_and_regressions_replay_clean,
+        ),
+        (
+            "ode_checkpointed_gradient_memory_stays_within_its_bound",
+            ode_checkpointed_gradient_memory_stays_within_its_bound,
+        ),
+        (
+            "ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound",
+            ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound,
         ),
     ];
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));

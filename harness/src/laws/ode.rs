@@ -3,8 +3,10 @@
 //! problems with known answers (the fixtures of `ode::fixtures`).
 
 use super::{check_property, Family, Law};
-use crate::ode::fixtures::Linear;
+use crate::ode::fixtures::{Linear, LotkaVolterra};
+use crate::ode::grad::{self, DiffField, GradMode, Gradient, Mutation};
 use crate::ode::{solve, solve_observed, Controller, Pid, SolveOptions, Solver, StepEvent};
+use crate::tolerance;
 use proptest::prelude::*;
 
 /// A damped rotation `y' = [[-a, w], [-w, -a]] y` from `y0` over `[0, t1]`: closed form known.
@@ -329,6 +331,323 @@ pub fn bad_input_is_typed_error(b: &BadInput) -> Result<(), String> {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Gradients through a solve (`ode::grad`).
+
+/// A problem for the gradient laws: a damped rotation or Lotka–Volterra, a method, a controller
+/// and the cotangent `w = dL/dy(t1)`.
+#[derive(Debug, Clone, Copy)]
+pub struct GradCase {
+    /// `None`: the damped rotation of `rotation`; `Some([alpha, beta, gamma, delta])`: LV.
+    pub lv: Option<[f64; 4]>,
+    pub rotation: RotationCase,
+    /// Index into [`Solver::ALL`].
+    pub solver: usize,
+    /// `Some(k)`: constant step `t1/k`; `None`: PID with `rtol`.
+    pub steps: Option<u32>,
+    pub rtol: f64,
+    pub w: [f64; 2],
+}
+
+/// Cases with constant steps up to `max_const_steps`; PID tolerances `rtols`.
+fn grad_case(max_const_steps: u32, rtols: [f64; 2]) -> impl Strategy<Value = GradCase> {
+    (
+        prop_oneof![
+            Just(None),
+            (0.5f64..2.0, 0.5f64..1.5, 1.0f64..3.0, 0.5f64..1.5)
+                .prop_map(|(a, b, g, d)| Some([a, b, g, d]))
+        ],
+        rotation_case(),
+        0..Solver::ALL.len(),
+        prop_oneof![Just(None), (1..=max_const_steps).prop_map(Some)],
+        prop_oneof![Just(rtols[0]), Just(rtols[1])],
+        (-1.0f64..1.0, -1.0f64..1.0),
+    )
+        .prop_map(|(lv, mut rotation, solver, steps, rtol, (w0, w1))| {
+            if lv.is_some() {
+                // LV needs a positive start; keep t1 <= 2 so the orbit stays O(1).
+                rotation.y0 = [
+                    0.5 + rotation.y0[0].abs() * 0.75,
+                    0.5 + rotation.y0[1].abs() * 0.75,
+                ];
+            }
+            GradCase {
+                lv,
+                rotation,
+                solver,
+                steps,
+                rtol,
+                w: [w0, w1],
+            }
+        })
+}
+
+impl GradCase {
+    fn field(&self) -> Result<Box<dyn DiffField>, String> {
+        Ok(match self.lv {
+            Some([a, b, g, d]) => {
+                Box::new(LotkaVolterra::new(a, b, g, d).map_err(|e| e.to_string())?)
+            }
+            None => Box::new(
+                Linear::damped_rotation(self.rotation.alpha, self.rotation.omega)
+                    .map_err(|e| e.to_string())?,
+            ),
+        })
+    }
+    fn solver(&self) -> Solver {
+        Solver::ALL[self.solver]
+    }
+    fn controller(&self) -> Result<Controller, String> {
+        let has_err = self.solver().tableau().b_err().is_some();
+        match self.steps {
+            Some(k) => Controller::constant(self.rotation.t1 / k as f64),
+            None if has_err => Controller::pid(self.rtol, self.rtol * 1e-2),
+            None => Controller::constant(self.rotation.t1 / 10.0),
+        }
+        .map_err(|e| e.to_string())
+    }
+    /// The gradient, in `mode`, optionally mutated.
+    pub fn gradient(&self, mode: GradMode, mutation: Option<Mutation>) -> Result<Gradient, String> {
+        let f = self.field()?;
+        let tab = self.solver().tableau();
+        let ctl = self.controller()?;
+        let opts = SolveOptions::default();
+        let (t1, y0, w) = (self.rotation.t1, &self.rotation.y0, &self.w);
+        match mutation {
+            None => grad::gradient(&*f, &tab, &ctl, 0.0, t1, y0, w, mode, &opts),
+            Some(m) => grad::gradient_mutant(&*f, &tab, &ctl, 0.0, t1, y0, w, mode, &opts, m),
+        }
+        .map_err(|e| format!("{}: {e}", self.solver()))
+    }
+    /// Compare `g` with central finite differences of `<w, y(t_n)>` along `g.ts`; the largest
+    /// error `|g - fd|` over all components is returned when every one is within
+    /// [`tolerance::GRAD_FD`].
+    pub fn compare_with_fd(&self, g: &Gradient) -> Result<f64, String> {
+        let f = self.field()?;
+        let tab = self.solver().tableau();
+        let theta = f.theta();
+        let y0 = self.rotation.y0.to_vec();
+        let loss = |y0: &[f64], th: &[f64]| -> f64 {
+            let y = grad::forward_on_times(&*f, &tab, &g.ts, y0, th);
+            y.iter().zip(&self.w).map(|(a, b)| a * b).sum()
+        };
+        let fd = |x: &[f64], i: usize, l: &dyn Fn(&[f64]) -> f64| -> f64 {
+            let h = 1e-6 * x[i].abs().max(1.0);
+            let (mut xp, mut xm) = (x.to_vec(), x.to_vec());
+            xp[i] += h;
+            xm[i] -= h;
+            (l(&xp) - l(&xm)) / (xp[i] - xm[i])
+        };
+        let mut worst = 0.0f64;
+        let mut check = |what: &str, i: usize, got: f64, want: f64| -> Result<(), String> {
+            worst = worst.max((got - want).abs());
+            if tolerance::GRAD_FD.close(got, want) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} ({} steps): d{what}[{i}] = {got:e}, finite difference {want:e}",
+                    self.solver(),
+                    g.ts.len() - 1
+                ))
+            }
+        };
+        for i in 0..y0.len() {
+            check("y0", i, g.d_y0[i], fd(&y0, i, &|y: &[f64]| loss(y, &theta)))?;
+        }
+        for i in 0..theta.len() {
+            check(
+                "theta",
+                i,
+                g.d_theta[i],
+                fd(&theta, i, &|th: &[f64]| loss(&y0, th)),
+            )?;
+        }
+        Ok(worst)
+    }
+}
+
+/// The full-tape gradient matches central finite differences of the fixed-times map in f64
+/// within [`tolerance::GRAD_FD`], for `y0` and every parameter.
+pub fn grad_matches_fd(c: &GradCase) -> Result<(), String> {
+    let g = match c.gradient(GradMode::FullTape, None) {
+        Err(e) if e.contains("max_steps") => return Ok(()), // out of budget, not a miss
+        r => r?,
+    };
+    c.compare_with_fd(&g).map(|_| ())
+}
+
+/// `Ok` when the two gradients (and recomputed final states) are bit-identical.
+pub fn grads_bitwise_equal(what: &str, a: &Gradient, b: &Gradient) -> Result<(), String> {
+    for (name, x, y) in [
+        ("d_y0", &a.d_y0, &b.d_y0),
+        ("d_theta", &a.d_theta, &b.d_theta),
+        ("y_final", &a.y_final, &b.y_final),
+    ] {
+        if x.len() != y.len() {
+            return Err(format!("{what}: {name} lengths {} != {}", x.len(), y.len()));
+        }
+        if let Some(i) = (0..x.len()).find(|&i| x[i].to_bits() != y[i].to_bits()) {
+            return Err(format!(
+                "{what}: {name}[{i}] {:?} != {:?} (bits differ)",
+                x[i], y[i]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The checkpointed gradient equals the full tape's bit for bit, for every checkpoint count
+/// `c = 1..=n` and the default budget; `mutation` applies to the checkpointed runs only.
+pub fn checkpointed_equals_full_with(
+    c: &GradCase,
+    mutation: Option<Mutation>,
+) -> Result<(), String> {
+    let full = match c.gradient(GradMode::FullTape, None) {
+        Err(e) if e.contains("max_steps") => return Ok(()),
+        r => r?,
+    };
+    let n = full.ts.len() - 1;
+    let budgets = (1..=n).map(Some).chain(std::iter::once(None));
+    for k in budgets {
+        let ck = c.gradient(GradMode::Checkpointed { checkpoints: k }, mutation)?;
+        grads_bitwise_equal(&format!("{} n={n} c={k:?}", c.solver()), &ck, &full)?;
+    }
+    Ok(())
+}
+
+/// [`checkpointed_equals_full_with`] on the reference.
+pub fn checkpointed_equals_full(c: &GradCase) -> Result<(), String> {
+    checkpointed_equals_full_with(c, None)
+}
+
+/// Peak bytes above baseline of gradients on a `dim`-dimensional linear system with `n`
+/// constant steps, per mode.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct GradMemory {
+    pub steps: usize,
+    pub checkpoints: usize,
+    pub state_bytes: usize,
+    pub full_tape_peak: usize,
+    pub checkpointed_peak: usize,
+    /// `(c + ceil(n/c) + GRAD_MEM_K) * state_bytes + 16 (n + 1) + overhead`.
+    pub bound: usize,
+}
+
+/// Extra states in flight besides checkpoints and one segment: the running state, the
+/// checkpoint copy a segment restarts from, `lambda`, and the step function's input.
+pub const GRAD_MEM_K: usize = 4;
+
+/// The block-diagonal system of `dim/2` damped rotations used by the memory law.
+pub fn memory_problem(dim: usize) -> Result<Linear, String> {
+    let mut a = vec![0.0; dim * dim];
+    for b in 0..dim / 2 {
+        let (i, al, om) = (2 * b, 0.1 + 0.01 * b as f64, 1.0 + 0.1 * b as f64);
+        a[i * dim + i] = -al;
+        a[i * dim + i + 1] = om;
+        a[(i + 1) * dim + i] = -om;
+        a[(i + 1) * dim + i + 1] = -al;
+    }
+    Linear::new(dim, a).map_err(|e| e.to_string())
+}
+
+/// Measure both modes for each `n` in `steps` (checkpoints `ceil(sqrt(n))`) with `solver`.
+/// The overhead constant is the checkpointed peak of a one-step gradient on the same problem
+/// (the one-step graph, the solve's stage buffers, `theta` and its gradient). Hold
+/// [`crate::probe::exclusive`] around the call.
+pub fn grad_memory(dim: usize, solver: Solver, steps: &[usize]) -> Result<Vec<GradMemory>, String> {
+    let field = memory_problem(dim)?;
+    let tab = solver.tableau();
+    let y0: Vec<f64> = (0..dim).map(|i| 1.0 + i as f64 * 0.01).collect();
+    let w = vec![1.0; dim];
+    let opts = SolveOptions {
+        max_steps: 1 << 16,
+        ..Default::default()
+    };
+    let run = |n: usize, mode: GradMode| -> Result<(Gradient, usize), String> {
+        let ctl = Controller::constant(1.0 / n as f64).map_err(|e| e.to_string())?;
+        let (g, m) = crate::probe::measure(|| {
+            grad::gradient(&field, &tab, &ctl, 0.0, 1.0, &y0, &w, mode, &opts)
+        });
+        Ok((g.map_err(|e| e.to_string())?, m.peak_above_baseline))
+    };
+    // warm-up (one-time lazy allocations), then the overhead constant
+    run(1, GradMode::FullTape)?;
+    let (_, overhead) = run(
+        1,
+        GradMode::Checkpointed {
+            checkpoints: Some(1),
+        },
+    )?;
+    let state_bytes = dim * std::mem::size_of::<f64>();
+    let mut out = Vec::new();
+    for &n in steps {
+        let c = (n as f64).sqrt().ceil() as usize;
+        let (g, full_tape_peak) = run(n, GradMode::FullTape)?;
+        let (gc, checkpointed_peak) = run(
+            n,
+            GradMode::Checkpointed {
+                checkpoints: Some(c),
+            },
+        )?;
+        grads_bitwise_equal("memory run", &gc, &g)?;
+        let n_act = g.ts.len() - 1;
+        let c = gc.checkpoints;
+        out.push(GradMemory {
+            steps: n_act,
+            checkpoints: c,
+            state_bytes,
+            full_tape_peak,
+            checkpointed_peak,
+            bound: (c + n_act.div_ceil(c) + GRAD_MEM_K) * state_bytes + 16 * (n_act + 1) + overhead,
+        });
+    }
+    Ok(out)
+}
+
+/// The checkpointed peak of every row is within its bound, and the full tape grows at least
+/// linearly: between the first and last rows by `>= 0.9 * (n_last - n_first) * state_bytes`.
+/// `use_full_tape_as_checkpointed` (the mutant) applies the bound to the full tape's peaks.
+pub fn check_grad_memory(
+    rows: &[GradMemory],
+    use_full_tape_as_checkpointed: bool,
+) -> Result<(), String> {
+    for r in rows {
+        let peak = if use_full_tape_as_checkpointed {
+            r.full_tape_peak
+        } else {
+            r.checkpointed_peak
+        };
+        if peak > r.bound {
+            return Err(format!(
+                "checkpointed peak {peak} B > bound {} B: {r:?}",
+                r.bound
+            ));
+        }
+    }
+    if let (Some(a), Some(b)) = (rows.first(), rows.last()) {
+        let want = 0.9 * (b.steps - a.steps) as f64 * a.state_bytes as f64;
+        let grew = b.full_tape_peak as f64 - a.full_tape_peak as f64;
+        if grew < want {
+            return Err(format!(
+                "full tape grew {grew} B from n={} to n={}, expected >= {want} B (linear)",
+                a.steps, b.steps
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Steps used by the memory law.
+pub const GRAD_MEM_STEPS: [usize; 3] = [100, 400, 1600];
+
+/// The memory law: 32-dimensional linear system, `n = 100, 400, 1600`, `c = ceil(sqrt(n))`,
+/// for the method picked by the case.
+pub fn grad_memory_bound(solver: &usize) -> Result<(), String> {
+    let solver = Solver::ALL[*solver];
+    let rows = grad_memory(32, solver, &GRAD_MEM_STEPS)?;
+    check_grad_memory(&rows, false).map_err(|e| format!("{solver}: {e}"))
+}
+
 pub(crate) fn laws() -> Vec<Law> {
     vec![
         Law {
@@ -362,6 +681,30 @@ pub(crate) fn laws() -> Vec<Law> {
             default_cases: 512,
             measures_memory: false,
             run: |c, s| check_property("ode_bad_input_is_typed_error", c, s, bad_input(), bad_input_is_typed_error),
+        },
+        Law {
+            name: "ode_grad_matches_finite_differences",
+            family: Family::Numerics,
+            summary: "dL/dy0 and dL/dtheta through a solve match central finite differences (tolerance GRAD_FD)",
+            default_cases: 48,
+            measures_memory: false,
+            run: |c, s| check_property("ode_grad_matches_finite_differences", c, s, grad_case(30, [1e-4, 1e-6]), grad_matches_fd),
+        },
+        Law {
+            name: "ode_grad_checkpointed_equals_full_tape",
+            family: Family::Numerics,
+            summary: "checkpointed gradients equal the full tape's bit for bit, every c in 1..=n and the default",
+            default_cases: 16,
+            measures_memory: false,
+            run: |c, s| check_property("ode_grad_checkpointed_equals_full_tape", c, s, grad_case(24, [1e-2, 1e-3]), checkpointed_equals_full),
+        },
+        Law {
+            name: "ode_grad_checkpoint_memory_bound",
+            family: Family::Numerics,
+            summary: "checkpointed peak <= (c + ceil(n/c) + K) states + times + overhead for n = 100..1600; full tape grows linearly",
+            default_cases: 1,
+            measures_memory: true,
+            run: |c, s| check_property("ode_grad_checkpoint_memory_bound", c, s, prop_oneof![Just(5usize), Just(2usize)], grad_memory_bound),
         },
     ]
 }

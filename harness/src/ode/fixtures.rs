@@ -60,6 +60,11 @@ impl Linear {
     pub fn n(&self) -> usize {
         self.n
     }
+
+    /// The matrix, row-major.
+    pub fn matrix(&self) -> &[f64] {
+        &self.a
+    }
 }
 
 impl<A: Real> VectorField<A> for Linear {

@@ -11,6 +11,7 @@
 //! - `fixtures.rs` — test problems, with closed forms where they exist;
 //! - `controller.rs` — [`Constant`] and [`Pid`] step-size control, initial step;
 //! - `solve.rs` — the stepping loop ([`solve`]);
+//! - `grad.rs` — gradients through a solve, full tape or checkpointed ([`grad::gradient`]);
 //! - `golden.rs` — golden-v1 replay ([`replay_golden`]);
 //! - `numerics.rs` — `nextafter`, NaN-propagating min/max, RMS norm.
 //!
@@ -48,6 +49,7 @@
 mod controller;
 pub mod fixtures;
 mod golden;
+pub mod grad;
 mod numerics;
 mod problem;
 mod solve;

@@ -3,7 +3,10 @@
 mod common;
 use common::assert_law_holds;
 use harness::laws;
-use harness::ode::{fixtures::LotkaVolterra, solve, Controller, SolveOptions, Solver};
+use harness::ode::{
+    fixtures::LotkaVolterra, solve, Controller, Pid, Solution, SolveOptions, Solver, Stats,
+    StepEvent, Tableau,
+};
 
 #[test]
 fn every_method_converges_at_its_order() {
@@ -26,34 +29,112 @@ fn bad_solve_input_is_a_typed_error() {
 }
 
 #[test]
-fn convergence_law_fails_on_a_first_order_method_claiming_fifth_order() {
-    // The law must be able to fail: Euler's error ratio measures ~2^1, far outside [4.75, 6.25].
+fn convergence_law_fails_on_a_midpoint_with_wrong_weights() {
+    // Mutant: midpoint's stages with weights b = [1/2, 1/2] still claiming order 2. Then
+    // sum b_i c_i = 1/4 != 1/2, so the method is first order and e(h)/e(h/2) ~ 2^1.
+    let broken = Tableau::new(
+        "midpoint-wrong-b",
+        vec![0.0, 0.5],
+        vec![vec![], vec![0.5]],
+        vec![0.5, 0.5],
+        None,
+        2,
+        false,
+    )
+    .unwrap();
     let c = laws::ode::RotationCase {
         alpha: 0.1,
         omega: 1.0,
         y0: [1.0, 0.0],
         t1: 1.0,
     };
-    assert!(laws::ode::convergence_order(&c).is_ok());
-    let field = harness::ode::fixtures::Linear::damped_rotation(0.1, 1.0).unwrap();
-    let exact = harness::ode::fixtures::Linear::damped_rotation_exact(0.1, 1.0, [1.0, 0.0], 1.0);
-    let err = |n: f64| {
-        let s = solve(
-            &field,
-            &Solver::Euler.tableau(),
-            &Controller::constant(1.0 / n).unwrap(),
-            0.0,
-            1.0,
-            &[1.0, 0.0],
-            &SolveOptions::default(),
-        )
-        .unwrap();
-        (s.y_final[0] - exact[0]).hypot(s.y_final[1] - exact[1])
+    assert!(laws::ode::convergence_order_of(&c, &[Solver::Midpoint.tableau()]).is_ok());
+    let err = laws::ode::convergence_order_of(&c, &[broken]).unwrap_err();
+    assert!(err.contains("midpoint-wrong-b: measured order 1."), "{err}");
+}
+
+fn event(t_start: f64, t_end: f64, accepted: bool, scaled_error: f64) -> StepEvent<f64> {
+    StepEvent {
+        t_start,
+        t_end,
+        accepted,
+        scaled_error: Some(scaled_error),
+    }
+}
+
+#[test]
+fn step_control_law_fails_on_controllers_that_break_diffrax_rules() {
+    let p = Pid::new(1e-6, 1e-8).unwrap();
+    let ok = [
+        event(0.0, 0.1, true, 0.5),
+        event(0.1, 0.3, false, 2.0),
+        event(0.1, 0.2, true, 0.5),
+        event(0.2, 1.0, true, 0.1),
+    ];
+    laws::ode::check_step_events("ok", &ok, &p, 1.0, true).unwrap();
+    // Mutant 1: an accepted step followed by a shorter one (factor clipped to [factormin, ..]
+    // instead of [1, factormax] after acceptance).
+    let shrink_after_accept = [
+        event(0.0, 0.1, true, 0.5),
+        event(0.1, 0.15, true, 0.5),
+        event(0.15, 1.0, true, 0.5),
+    ];
+    let e = laws::ode::check_step_events("m1", &shrink_after_accept, &p, 1.0, true).unwrap_err();
+    assert!(e.contains("followed by a shorter"), "{e}");
+    // Mutant 2: a rejection that shrinks by 0.1 < factormin = 0.2.
+    let over_shrink = [
+        event(0.0, 0.1, false, 5.0),
+        event(0.0, 0.01, true, 0.5),
+        event(0.01, 1.0, true, 0.5),
+    ];
+    let e = laws::ode::check_step_events("m2", &over_shrink, &p, 1.0, true).unwrap_err();
+    assert!(e.contains("rejected step shrank by"), "{e}");
+    // Mutant 3: accepting a step whose scaled error is >= 1.
+    let accept_bad = [event(0.0, 0.1, true, 1.5), event(0.1, 1.0, true, 0.5)];
+    let e = laws::ode::check_step_events("m3", &accept_bad, &p, 1.0, true).unwrap_err();
+    assert!(e.contains("accepted with scaled error"), "{e}");
+}
+
+#[test]
+fn round_trip_law_fails_on_a_backward_solve_that_misses_y0() {
+    let p = Pid::new(1e-6, 1e-8).unwrap();
+    // 40 steps: bound = 1e3 * (1e-6 * 1 + 1e-8) * 40 = 4.04e-2
+    laws::ode::check_round_trip("ok", &[1.0, 0.0], &[1.0 + 1e-3, 0.0], &p, 40).unwrap();
+    // Mutant: a backward solve that lands 0.1 away (e.g. the field not negated under time reversal).
+    let e = laws::ode::check_round_trip("m", &[1.0, 0.0], &[1.1, 0.0], &p, 40).unwrap_err();
+    assert!(e.contains("round trip missed y0"), "{e}");
+}
+
+#[test]
+fn bad_input_law_fails_when_a_nan_state_is_accepted() {
+    let b = laws::ode::BadInput {
+        y0: f64::NAN,
+        t0: 0.0,
+        t1: 1.0,
+        dt0: 0.1,
+        rtol: 1e-6,
+        empty_state: false,
+        constant: true,
     };
-    let p_hat = (err(16.0) / err(32.0)).log2();
-    assert!(
-        !(5.0 - laws::ode::ORDER_BAND.0..=5.0 + laws::ode::ORDER_BAND.1).contains(&p_hat),
-        "{p_hat}"
+    assert!(laws::ode::check_bad_input(
+        &b,
+        &Err(harness::Error::NotImplemented("rejected".into()))
+    )
+    .is_ok());
+    // Mutant: a solver that skips input validation and returns a (NaN) solution.
+    let accepted = Ok(Solution {
+        ts: vec![1.0],
+        ys: vec![vec![f64::NAN, 1.0]],
+        y_final: vec![f64::NAN, 1.0],
+        stats: Stats {
+            num_accepted_steps: 1,
+            num_rejected_steps: 0,
+            num_steps: 1,
+        },
+    });
+    assert_eq!(
+        laws::ode::check_bad_input(&b, &accepted).unwrap_err(),
+        "bad input was accepted"
     );
 }
 

@@ -44,10 +44,18 @@ pub const ORDER_BAND: (f64, f64) = (0.25, 1.25);
 
 /// Halving the constant step divides the error by about `2^p`, for every method.
 pub fn convergence_order(c: &RotationCase) -> Result<(), String> {
+    convergence_order_of(c, &Solver::ALL.map(|s| s.tableau()))
+}
+
+/// [`convergence_order`] for the given methods, each judged by the order its tableau claims.
+pub fn convergence_order_of(
+    c: &RotationCase,
+    tableaus: &[crate::ode::Tableau],
+) -> Result<(), String> {
     let field = Linear::damped_rotation(c.alpha, c.omega).map_err(|e| e.to_string())?;
     let exact = Linear::damped_rotation_exact(c.alpha, c.omega, c.y0, c.t1);
-    for solver in Solver::ALL {
-        let tab = solver.tableau();
+    for tab in tableaus {
+        let solver = tab.name();
         let err = |steps: f64| -> Result<f64, String> {
             let ctl = Controller::constant(c.t1 / steps).map_err(|e| e.to_string())?;
             let opts = SolveOptions {
@@ -118,6 +126,48 @@ fn pid(c: &PidCase) -> Result<Pid, String> {
     .map_err(|e: crate::Error| e.to_string())
 }
 
+/// The verdict of [`step_control`] on the attempted steps of one solve ending at `t1`
+/// (`finished`: the solve reached `t1` rather than `max_steps`).
+pub fn check_step_events(
+    solver: &str,
+    events: &[StepEvent<f64>],
+    p: &Pid,
+    t1: f64,
+    finished: bool,
+) -> Result<(), String> {
+    for (k, w) in events.windows(2).enumerate() {
+        let (a, b) = (w[0], w[1]);
+        let (da, db) = ((a.t_end - a.t_start).abs(), (b.t_end - b.t_start).abs());
+        let clipped = b.t_end == t1;
+        let se = a.scaled_error.unwrap_or(0.0);
+        if a.accepted && se >= 1.0 {
+            return Err(format!(
+                "{solver} step {k}: accepted with scaled error {se}"
+            ));
+        }
+        if a.accepted && !clipped && db < da * (1.0 - 1e-9) {
+            return Err(format!(
+                "{solver} step {k}: accepted step of {da:e} followed by a shorter {db:e}"
+            ));
+        }
+        if !a.accepted && !clipped {
+            let f = db / da;
+            if f < p.factormin * (1.0 - 1e-9) || f > p.safety * (1.0 + 1e-9) {
+                return Err(format!(
+                    "{solver} step {k}: rejected step shrank by {f}, outside [{}, {}]",
+                    p.factormin, p.safety
+                ));
+            }
+        }
+    }
+    if let (true, Some(last)) = (finished, events.last()) {
+        if !last.accepted || last.t_end != t1 {
+            return Err(format!("{solver}: did not end with an accepted step at t1"));
+        }
+    }
+    Ok(())
+}
+
 /// Accepted steps have scaled error < 1; after an accepted step the next step is not shorter
 /// (unless clipped to end at `t1`); after a rejected one it shrinks by a factor in
 /// `[factormin, safety]` (relative slack 1e-9 for the rounding of `t + dt`).
@@ -151,36 +201,7 @@ pub fn step_control(c: &PidCase) -> Result<(), String> {
             Err(crate::Error::MaxStepsExceeded { .. }) => false,
             Err(e) => return Err(format!("{solver}: {e}")),
         };
-        for (k, w) in events.windows(2).enumerate() {
-            let (a, b) = (w[0], w[1]);
-            let (da, db) = ((a.t_end - a.t_start).abs(), (b.t_end - b.t_start).abs());
-            let clipped = b.t_end == t1;
-            let se = a.scaled_error.unwrap_or(0.0);
-            if a.accepted && se >= 1.0 {
-                return Err(format!(
-                    "{solver} step {k}: accepted with scaled error {se}"
-                ));
-            }
-            if a.accepted && !clipped && db < da * (1.0 - 1e-9) {
-                return Err(format!(
-                    "{solver} step {k}: accepted step of {da:e} followed by a shorter {db:e}"
-                ));
-            }
-            if !a.accepted && !clipped {
-                let f = db / da;
-                if f < p.factormin * (1.0 - 1e-9) || f > p.safety * (1.0 + 1e-9) {
-                    return Err(format!(
-                        "{solver} step {k}: rejected step shrank by {f}, outside [{}, {}]",
-                        p.factormin, p.safety
-                    ));
-                }
-            }
-        }
-        if let (true, Some(last)) = (finished, events.last()) {
-            if !last.accepted || last.t_end != t1 {
-                return Err(format!("{solver}: did not end with an accepted step at t1"));
-            }
-        }
+        check_step_events(&solver.to_string(), &events, &p, t1, finished)?;
     }
     Ok(())
 }
@@ -188,6 +209,30 @@ pub fn step_control(c: &PidCase) -> Result<(), String> {
 /// Solving forward then backward returns to `y0` within `K * (rtol |y|max + atol) * steps` with
 /// `K = 1e3` (each accepted step commits a local error below `rtol |y| + atol`, amplified at most
 /// by `e^{L T} <= e^{4}` on these problems), and a constant-step solve repeated is bit-identical.
+/// The verdict of [`round_trip`]: `back` (the state after solving forward then backward with
+/// `steps` accepted steps in all) is within `1e3 * (rtol |y0|max + atol) * steps` of `y0`.
+pub fn check_round_trip(
+    solver: &str,
+    y0: &[f64],
+    back: &[f64],
+    p: &Pid,
+    steps: usize,
+) -> Result<(), String> {
+    let ymax = y0.iter().map(|x| x.abs()).fold(0.0, f64::max);
+    let bound = 1e3 * (p.rtol * ymax + p.atol) * steps as f64;
+    let dist = y0
+        .iter()
+        .zip(back)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    if dist > bound {
+        return Err(format!(
+            "{solver}: round trip missed y0 by {dist:e} > bound {bound:e}"
+        ));
+    }
+    Ok(())
+}
+
 pub fn round_trip(c: &PidCase) -> Result<(), String> {
     let p = pid(c)?;
     let field =
@@ -210,21 +255,8 @@ pub fn round_trip(c: &PidCase) -> Result<(), String> {
             Err(crate::Error::MaxStepsExceeded { .. }) => continue, // out of budget, not a miss
             Err(e) => return Err(format!("{solver}: {e}")),
         };
-        let ymax = c.problem.y0.iter().map(|x| x.abs()).fold(0.0, f64::max);
-        let steps = (fwd.stats.num_accepted_steps + back.stats.num_accepted_steps) as f64;
-        let bound = 1e3 * (p.rtol * ymax + p.atol) * steps;
-        let dist = c
-            .problem
-            .y0
-            .iter()
-            .zip(&back.y_final)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f64::max);
-        if dist > bound {
-            return Err(format!(
-                "{solver}: round trip missed y0 by {dist:e} > bound {bound:e}"
-            ));
-        }
+        let steps = fwd.stats.num_accepted_steps + back.stats.num_accepted_steps;
+        check_round_trip(solver.name(), &c.problem.y0, &back.y_final, &p, steps)?;
         let ctl = Controller::constant(t1 / 7.0).map_err(|e| e.to_string())?;
         let a =
             solve(&field, &tab, &ctl, 0.0, t1, &c.problem.y0, &opts).map_err(|e| e.to_string())?;
@@ -308,6 +340,19 @@ pub fn bad_input_is_typed_error(b: &BadInput) -> Result<(), String> {
             .and_then(|p| p.dt0(Some(b.dt0)))
             .map(Controller::Pid)
     };
+    let opts = SolveOptions {
+        max_steps: 256,
+        save_steps: false,
+    };
+    let r = ctl.and_then(|c| solve(&field, &Solver::Tsit5.tableau(), &c, b.t0, b.t1, &y0, &opts));
+    check_bad_input(b, &r)
+}
+
+/// The verdict of [`bad_input_is_typed_error`] on the solve's outcome for input `b`.
+pub fn check_bad_input(
+    b: &BadInput,
+    r: &crate::Result<crate::ode::Solution<f64>>,
+) -> Result<(), String> {
     let expect_err = b.empty_state
         || !b.y0.is_finite()
         || !b.t0.is_finite()
@@ -316,11 +361,6 @@ pub fn bad_input_is_typed_error(b: &BadInput) -> Result<(), String> {
         || b.dt0 == 0.0
         || (b.t1 != b.t0 && (b.t1 - b.t0).signum() != b.dt0.signum())
         || !(b.constant || (b.rtol > 0.0 && b.rtol.is_finite()));
-    let opts = SolveOptions {
-        max_steps: 256,
-        save_steps: false,
-    };
-    let r = ctl.and_then(|c| solve(&field, &Solver::Tsit5.tableau(), &c, b.t0, b.t1, &y0, &opts));
     match r {
         Err(_) => Ok(()),
         Ok(_) if expect_err => Err("bad input was accepted".into()),

@@ -63,7 +63,7 @@ pub fn convergence_order_of(
                 ..Default::default()
             };
             let sol =
-                solve(&field, &tab, &ctl, 0.0, c.t1, &c.y0, &opts).map_err(|e| e.to_string())?;
+                solve(&field, tab, &ctl, 0.0, c.t1, &c.y0, &opts).map_err(|e| e.to_string())?;
             Ok(((sol.y_final[0] - exact[0]).powi(2) + (sol.y_final[1] - exact[1]).powi(2)).sqrt())
         };
         let (e1, e2) = (err(16.0)?, err(32.0)?);

@@ -752,8 +752,14 @@ pub fn reuse2(t: &Taped2) -> Taped2 {
 }
 
 /// `t[start .. start + len]` (gradients flow back into the slice).
+///
+/// dfdx 0.13 quirk: `slice`'s backward *assigns* its gradient into the input's slot instead of
+/// adding to it, so a tensor sliced and also used elsewhere (the state `y` of a step, a
+/// parameter vector read by every stage) silently loses every other contribution. A gather
+/// accumulates, so ranges are gathers.
 pub fn taped_range(t: Taped, start: usize, len: usize) -> Taped {
-    t.slice((start..start + len,))
+    let idx: Vec<usize> = (start..start + len).collect();
+    taped_gather(t, &idx)
 }
 
 /// A flat taped vector viewed as a row-major `rows x cols` matrix (no copy, same gradient slot).

@@ -782,6 +782,14 @@ pub fn taped_const2(dev: &Cpu, rows: usize, cols: usize, data: Vec<f64>) -> Tape
     t.put_tape(Tape64::default())
 }
 
+/// A constant vector (a fresh leaf whose gradient nobody reads) on an empty tape.
+pub fn taped_const(dev: &Cpu, data: Vec<f64>) -> Taped {
+    use dfdx::prelude::PutTape;
+    let n = data.len();
+    let t: Flat<f64> = dev.tensor((data, (n,)));
+    t.put_tape(Tape64::default())
+}
+
 /// `h w^T` for `h: (n, in)` and `w: (out, in)` (a Linear layer's weight as stored).
 pub fn taped_matmul_t(h: Taped2, w: Taped2) -> Taped2 {
     use dfdx::prelude::{PermuteTo, TryMatMul};

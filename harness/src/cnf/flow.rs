@@ -152,6 +152,66 @@ pub fn log_likelihood<A: Real>(
     x: &[A],
     probes: Option<&[A]>,
 ) -> Result<Vec<A>> {
+    log_likelihood_impl(params, x, probes, None)
+}
+
+/// Deliberately wrong variants of the flow, for showing that the CNF laws can fail.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowMutation {
+    /// The log-likelihood runs the blocks first to last (not reversed).
+    ForwardBlockOrder,
+    /// `delta` restarts at 0 in every block (only the last block's change is counted).
+    DeltaNotCarried,
+    /// The change of `delta` has the wrong sign (`+tr` integrated as `-tr`).
+    TraceSignFlipped,
+}
+
+/// [`log_likelihood`] with a [`FlowMutation`].
+#[doc(hidden)]
+pub fn log_likelihood_mutant<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
+    mutation: FlowMutation,
+) -> Result<Vec<A>> {
+    log_likelihood_impl(params, x, probes, Some(mutation))
+}
+
+/// [`sample`] with a [`FlowMutation`].
+#[doc(hidden)]
+pub fn sample_mutant<A: Real>(
+    params: &CnfParams<A>,
+    z: &[A],
+    probes: Option<&[A]>,
+    mutation: FlowMutation,
+) -> Result<(Vec<A>, Vec<A>)> {
+    sample_impl(params, z, probes, Some(mutation))
+}
+
+/// Apply a mutation's bookkeeping to the `delta` part after one block (`before` = state in).
+fn mutate_delta<A: Real>(m: Option<FlowMutation>, nd: usize, before: &[A], after: &mut [A]) {
+    match m {
+        Some(FlowMutation::DeltaNotCarried) => {
+            for (a, b) in after[nd..].iter_mut().zip(&before[nd..]) {
+                *a = *a - *b;
+            }
+        }
+        Some(FlowMutation::TraceSignFlipped) => {
+            for (a, b) in after[nd..].iter_mut().zip(&before[nd..]) {
+                *a = *b + *b - *a;
+            }
+        }
+        _ => {}
+    }
+}
+
+fn log_likelihood_impl<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
+    mutation: Option<FlowMutation>,
+) -> Result<Vec<A>> {
     let cfg = &params.cfg;
     let n = check_batch(cfg, x, probes)?;
     if n == 0 {
@@ -160,8 +220,15 @@ pub fn log_likelihood<A: Real>(
     let d = cfg.data_size;
     let mut z = x.to_vec();
     z.resize(n * (d + 1), A::zero());
-    for b in (0..cfg.blocks).rev() {
-        z = block_solve(params, b, n, probes, cfg.t1, cfg.t0, -cfg.dt0, &z)?;
+    let order: Vec<usize> = if mutation == Some(FlowMutation::ForwardBlockOrder) {
+        (0..cfg.blocks).collect()
+    } else {
+        (0..cfg.blocks).rev().collect()
+    };
+    for b in order {
+        let mut next = block_solve(params, b, n, probes, cfg.t1, cfg.t0, -cfg.dt0, &z)?;
+        mutate_delta(mutation, n * d, &z, &mut next);
+        z = next;
     }
     let lp: Vec<A> = (0..n)
         .map(|i| z[n * d + i] + log_normal(&z[i * d..(i + 1) * d]))
@@ -176,6 +243,15 @@ pub fn sample<A: Real>(
     z: &[A],
     probes: Option<&[A]>,
 ) -> Result<(Vec<A>, Vec<A>)> {
+    sample_impl(params, z, probes, None)
+}
+
+fn sample_impl<A: Real>(
+    params: &CnfParams<A>,
+    z: &[A],
+    probes: Option<&[A]>,
+    mutation: Option<FlowMutation>,
+) -> Result<(Vec<A>, Vec<A>)> {
     let cfg = &params.cfg;
     let n = check_batch(cfg, z, probes)?;
     if n == 0 {
@@ -185,7 +261,9 @@ pub fn sample<A: Real>(
     let mut s = z.to_vec();
     s.resize(n * (d + 1), A::zero());
     for b in 0..cfg.blocks {
-        s = block_solve(params, b, n, probes, cfg.t0, cfg.t1, cfg.dt0, &s)?;
+        let mut next = block_solve(params, b, n, probes, cfg.t0, cfg.t1, cfg.dt0, &s)?;
+        mutate_delta(mutation, n * d, &s, &mut next);
+        s = next;
     }
     finite_or_overflow("sample", &s[..n * d])?;
     let lp: Vec<A> = (0..n)
@@ -212,6 +290,28 @@ pub fn loss_and_grad(
     x: &[f64],
     probes: Option<&[f64]>,
     mode: GradMode,
+) -> Result<LossGrad> {
+    loss_and_grad_impl(params, x, probes, mode, false)
+}
+
+/// [`loss_and_grad`] with the trace term treated as a constant on the tape (what first-order
+/// autodiff without the hand-written tangents would give: `d tr / d theta` lost).
+#[doc(hidden)]
+pub fn loss_and_grad_detached_trace(
+    params: &CnfParams<f64>,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    mode: GradMode,
+) -> Result<LossGrad> {
+    loss_and_grad_impl(params, x, probes, mode, true)
+}
+
+fn loss_and_grad_impl(
+    params: &CnfParams<f64>,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    mode: GradMode,
+    detach_trace: bool,
 ) -> Result<LossGrad> {
     let cfg = &params.cfg;
     let n = check_batch(cfg, x, probes)?;
@@ -240,12 +340,13 @@ pub fn loss_and_grad(
     let mut cot: Option<Vec<f64>> = None;
     let mut checkpoints = 0;
     for b in 0..cfg.blocks {
-        let field = TrainBlock::new(
+        let mut field = TrainBlock::new(
             params.layout.clone(),
             n,
             probes.map(|p| p.to_vec()),
             params.blocks[b].clone(),
         );
+        field.detach_trace = detach_trace;
         let g = match cot.take() {
             None => gradient_of(
                 &field,

@@ -15,7 +15,7 @@ use super::field::{eval_block, Tangents, Work};
 use crate::backend::{
     device, reuse2, taped_add_row, taped_as_matrix, taped_concat, taped_const2, taped_flatten,
     taped_matmul_t, taped_mul_row, taped_one_minus_sq, taped_range, taped_reuse,
-    taped_row_dot_const, taped_scale, taped_sigmoid, taped_tanh, Graph, Taped, Taped2,
+    taped_row_dot_const, taped_scale, taped_sigmoid, taped_tanh, taped_values, taped_const, Graph, Taped, Taped2,
 };
 use crate::ode::grad::DiffField;
 use std::cell::RefCell;
@@ -27,6 +27,9 @@ pub struct TrainBlock {
     /// Hutchinson probes (`n x d`), or `None` for the exact trace.
     pub probes: Option<Vec<f64>>,
     pub theta: Vec<f64>,
+    /// Mutation knob: the trace enters the tape as a constant (its derivatives are lost).
+    #[doc(hidden)]
+    pub detach_trace: bool,
     work: RefCell<Work<f64>>,
 }
 
@@ -37,6 +40,7 @@ impl TrainBlock {
             n,
             probes,
             theta,
+            detach_trace: false,
             work: RefCell::new(Work::default()),
         }
     }
@@ -143,6 +147,11 @@ impl DiffField for TrainBlock {
                 .map(|t| taped_row_dot_const(t, p.clone()))
                 .next()
                 .expect("one probe tangent"),
+        };
+        let trace = if self.detach_trace {
+            taped_const(&dev, taped_values(&trace))
+        } else {
+            trace
         };
         g.finish(taped_concat(taped_flatten(u), trace))
     }

@@ -71,3 +71,9 @@ fn muon_corpus_and_regressions_replay_clean() {
     let n = replay("muon", harness::laws::fuzz::muon);
     assert!(n >= 5, "only {n} inputs replayed");
 }
+
+#[test]
+fn cnf_corpus_and_regressions_replay_clean() {
+    let n = replay("cnf", harness::laws::fuzz::cnf);
+    assert!(n >= 1, "only {n} inputs replayed");
+}

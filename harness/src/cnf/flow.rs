@@ -129,7 +129,7 @@ fn block_solve<A: Real>(
 fn finite_or_overflow<A: Real>(what: &str, v: &[A]) -> Result<()> {
     match v.iter().position(|a| !a.as_f64().is_finite()) {
         Some(i) => Err(Error::Overflow(format!(
-            "{what} of sample {i} is not finite ({:?})",
+            "{what} at index {i} is not finite ({:?})",
             v[i]
         ))),
         None => Ok(()),
@@ -387,6 +387,9 @@ fn loss_and_grad_impl(
         checkpoints = g.checkpoints;
         grads[b] = g.d_theta;
         cot = Some(g.d_y0);
+    }
+    for (b, g) in grads.iter().enumerate() {
+        finite_or_overflow(&format!("gradient of block {b}"), g)?;
     }
     Ok(LossGrad {
         loss,

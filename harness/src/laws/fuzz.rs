@@ -467,3 +467,118 @@ pub fn stack(data: &[u8]) -> Result<(), String> {
         Ok(_) => super::stack::check_case(&case),
     }
 }
+
+/// Input of the `cnf` target: a small flow, weights, points and settings.
+#[derive(Debug, Clone, arbitrary::Arbitrary)]
+pub struct CnfInput {
+    pub data_size: u8,
+    pub width: u8,
+    pub depth: u8,
+    pub blocks: u8,
+    pub t0: f64,
+    pub t1: f64,
+    pub dt0: f64,
+    pub f32: bool,
+    pub hutchinson: bool,
+    pub gradient: bool,
+    pub weights: Vec<f64>,
+    pub points: Vec<f64>,
+    pub probes: Vec<f64>,
+}
+
+/// Most constant steps per block the target integrates (keeps an execution in milliseconds).
+pub const CNF_FUZZ_MAX_STEPS: f64 = 64.0;
+
+/// The `cnf` target: arbitrary small weights, points and settings. Invalid settings and
+/// non-finite data are typed errors; otherwise the log-density (f32 or f64), the samples and
+/// (f64, few steps) the loss gradient are finite or a typed overflow error — never a panic and
+/// never a NaN handed back.
+pub fn cnf(data: &[u8]) -> Result<(), String> {
+    use crate::backend::Real;
+    use crate::cnf::{flow, CnfConfig, CnfParams, Layout, Probe, TraceEstimator};
+    let Ok(x) = CnfInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return Ok(());
+    };
+    let cfg = CnfConfig {
+        data_size: (x.data_size % 4) as usize,
+        width: (x.width % 9) as usize,
+        depth: (x.depth % 4) as usize,
+        blocks: (x.blocks % 3) as usize,
+        t0: x.t0,
+        t1: x.t1,
+        dt0: x.dt0,
+        trace: if x.hutchinson {
+            TraceEstimator::Hutchinson(Probe::Rademacher)
+        } else {
+            TraceEstimator::Exact
+        },
+        ..CnfConfig::default()
+    };
+    if cfg.validate().is_err() {
+        return Ok(()); // a typed error: fine
+    }
+    if (cfg.t1 - cfg.t0) / cfg.dt0 > CNF_FUZZ_MAX_STEPS {
+        return Ok(());
+    }
+    let layout = Layout::new(&cfg);
+    let pick = |v: &[f64], i: usize| if v.is_empty() { 0.0 } else { v[i % v.len()] };
+    let blocks: Vec<Vec<f64>> = (0..cfg.blocks)
+        .map(|b| (0..layout.len).map(|i| pick(&x.weights, b * layout.len + i)).collect())
+        .collect();
+    let n = x.points.len().min(8 * cfg.data_size) / cfg.data_size;
+    let pts = &x.points[..n * cfg.data_size];
+    let probes: Vec<f64> = (0..pts.len()).map(|i| pick(&x.probes, i)).collect();
+    fn check<A: Real>(
+        p: &CnfParams<A>,
+        pts: &[A],
+        probes: Option<&[A]>,
+    ) -> Result<(), String> {
+        match flow::log_likelihood(p, pts, probes) {
+            Ok(lp) => {
+                if lp.len() != pts.len() / p.cfg.data_size {
+                    return Err(format!("{} log-densities for {} points", lp.len(), pts.len()));
+                }
+                if let Some(v) = lp.iter().find(|v| !v.as_f64().is_finite()) {
+                    return Err(format!("non-finite log-density {v:?} returned as Ok"));
+                }
+            }
+            Err(crate::Error::Overflow(_) | crate::Error::InvalidHyper { .. }) => {}
+            Err(e) => return Err(format!("unexpected error kind: {e}")),
+        }
+        match flow::sample(p, pts, probes) {
+            Ok((xs, lp)) => {
+                if xs.iter().chain(&lp).any(|v| !v.as_f64().is_finite()) {
+                    return Err("non-finite sample or density returned as Ok".into());
+                }
+            }
+            Err(crate::Error::Overflow(_) | crate::Error::InvalidHyper { .. }) => {}
+            Err(e) => return Err(format!("unexpected error kind: {e}")),
+        }
+        Ok(())
+    }
+    let params = match CnfParams::from_blocks(cfg, blocks) {
+        Ok(p) => p,
+        Err(_) => return Ok(()), // non-finite weights: typed error
+    };
+    let probes64 = x.hutchinson.then_some(&probes[..]);
+    if x.f32 {
+        let p32 = params.cast::<f32>();
+        let pts32: Vec<f32> = pts.iter().map(|&v| v as f32).collect();
+        let pr32: Vec<f32> = probes.iter().map(|&v| v as f32).collect();
+        check(&p32, &pts32, x.hutchinson.then_some(&pr32[..]))?;
+    } else {
+        check(&params, pts, probes64)?;
+    }
+    if x.gradient {
+        match flow::loss_and_grad(&params, pts, probes64, crate::ode::grad::GradMode::FullTape) {
+            Ok(g) => {
+                if !g.loss.is_finite() || g.grads.iter().flatten().any(|v| !v.is_finite()) {
+                    return Err("non-finite loss or gradient returned as Ok".into());
+                }
+            }
+            Err(crate::Error::Overflow(_) | crate::Error::InvalidHyper { .. }) => {}
+            Err(e) => return Err(format!("unexpected error kind: {e}")),
+        }
+    }
+    Ok(())
+}

@@ -210,29 +210,47 @@ fn ode_checkpointed_gradient_memory_stays_within_its_bound() {
     assert!(r.passed, "{}", r.counterexample.unwrap_or_default());
 }
 
-fn ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound() {
+fn print_grad_memory(label: &str, rows: &[harness::laws::ode::GradMemory]) {
+    for r in rows {
+        println!(
+            "  {label} n={} c={} state={}B full_tape_peak={}B checkpointed_peak={}B bound={}B forward_steps={}",
+            r.steps,
+            r.checkpoints,
+            r.state_bytes,
+            r.full_tape_peak,
+            r.checkpointed_peak,
+            r.bound,
+            r.forward_steps
+        );
+    }
+}
+
+/// The binomial schedule's figures (Tsit5 and Midpoint, 32-dim state, n = 100, 400, 1600,
+/// c = ceil(sqrt n)); the law fails on a checkpointed form that stores every state, and on the
+/// two-level uniform schedule it replaced (`c + ceil(n/c) - 1` states).
+fn ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound() {
     use harness::laws::ode::{check_grad_memory, grad_memory, GRAD_MEM_STEPS};
+    use harness::ode::checkpoint::forward_cost;
+    use harness::ode::grad::Mutation;
     use harness::ode::Solver;
     let _g = harness::probe::exclusive();
     for solver in [Solver::Tsit5, Solver::Midpoint] {
-        let rows = grad_memory(32, solver, &GRAD_MEM_STEPS).unwrap();
+        let rows = grad_memory(32, solver, &GRAD_MEM_STEPS, None).unwrap();
+        print_grad_memory(&solver.to_string(), &rows);
+        check_grad_memory(&rows).unwrap();
         for r in &rows {
-            println!(
-                "  {solver} n={} c={} state={}B full_tape_peak={}B checkpointed_peak={}B bound={}B",
-                r.steps,
-                r.checkpoints,
-                r.state_bytes,
-                r.full_tape_peak,
-                r.checkpointed_peak,
-                r.bound
+            // closed form: 1 + F(n, c), F(n, c) = t n - beta(c+1, t-1)
+            assert_eq!(
+                r.forward_steps as u128,
+                1 + forward_cost(r.steps, r.checkpoints)
             );
         }
-        check_grad_memory(&rows, false).unwrap();
-        // A "checkpointed" form that keeps every state (the full tape) breaks the bound.
-        assert!(
-            check_grad_memory(&rows, true).is_err(),
-            "{solver}: full tape within bound"
-        );
+        for m in [Mutation::StoreEveryState, Mutation::UniformSegments] {
+            let bad = grad_memory(32, solver, &GRAD_MEM_STEPS, Some(m)).unwrap();
+            print_grad_memory(&format!("{solver} mutant {m:?}"), &bad);
+            let e = check_grad_memory(&bad).unwrap_err();
+            assert!(e.contains("checkpointed peak"), "{m:?}: {e}");
+        }
     }
 }
 
@@ -291,8 +309,8 @@ fn main() {
             ode_checkpointed_gradient_memory_stays_within_its_bound,
         ),
         (
-            "ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound",
-            ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound,
+            "ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound",
+            ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound,
         ),
     ];
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));

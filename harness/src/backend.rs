@@ -413,10 +413,13 @@ impl<E: Float> Array<E> {
 // Quirks kept here: dfdx 0.13 lowers every CPU matmul to `gemm::gemm(m, n, k, dst, dst_cs,
 // dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, alpha, beta, ..,
 // Parallelism::Rayon(current_num_threads))`; [`gemm_into`] issues exactly that call, so a planned
-// product over the same operands is the dfdx one. gemm 0.15 itself allocates per call: a
-// `did_pack_lhs` flag vector (`mc/MR` bytes) and, when it packs the right operand, the packed
-// panel; both are freed before it returns. A transposed operand is a
-// stride swap (`permute`), never a copy.
+// product over the same operands is the dfdx one. gemm-common 0.15.5 as published allocates per
+// call a `did_pack_lhs` flag vector (`mc/MR` bytes) and, when it packs the right operand, the
+// packed panel; the workspace patches it (`vendor/gemm-common/HARNESS_PATCH.md`) to keep both per
+// thread, so a single-threaded call allocates nothing after the first on its thread (arithmetic
+// unchanged). Its rayon path still allocates (per-worker flags, rayon's job queue), which is why
+// planned products run on [`crate::pool::Pool`] instead ([`gemm_into_pooled`]). A transposed
+// operand is a stride swap (`permute`), never a copy.
 
 /// A runtime-shaped 2-D dfdx tensor.
 pub type Flat2<E> = Tensor<(usize, usize), E, Cpu>;
@@ -534,9 +537,8 @@ pub struct Operand<'a, A> {
 /// `dst[i*dst_rs + j] = sum_k lhs(i,k) rhs(k,j)` for an `m x n` block, overwriting `dst`, through
 /// the very `gemm::gemm` call dfdx's CPU matmul makes (so results are bit-identical to dfdx's).
 /// Products of fewer than [`GEMM_PARALLEL_MIN`] multiply-adds run on the calling thread; larger
-/// ones use gemm's rayon parallelism (dfdx always does). Either way gemm's own per-call scratch
-/// (see the module notes) is allocated and freed inside the call: no live growth, and the same
-/// number of allocations at every call of a given shape.
+/// ones use gemm's rayon parallelism (dfdx always does), which allocates per call (see the
+/// module notes); single-threaded calls reuse their thread's scratch.
 ///
 /// Panics if an operand's strided extent falls outside its slice (a bug in the caller's plan).
 #[allow(clippy::too_many_arguments)]

@@ -10,8 +10,13 @@
 //! ```
 //!
 //! Two forms: [`orthogonalize_composed`] transcribes the formulas with dfdx matmuls; [`NsPlan`] is
-//! the planned form, built once per matrix shape, which reuses its workspace buffers (no
-//! allocation per call after the first) and exploits the symmetry of `A` and `B`: it computes
+//! the planned form, built once per matrix shape, which reuses its workspace buffers and exploits
+//! the symmetry of `A` and `B`. It allocates nothing after its first call: the buffers are sized
+//! once, each product's rows are split across the plan's own parked threads
+//! ([`crate::pool::Pool`], started once; one thread for products below
+//! [`GEMM_PARALLEL_MIN`]), each block a single-threaded gemm call reusing its thread's scratch
+//! ([`crate::backend::gemm_into_pooled`]); the split does not change any element's reduction
+//! order, so results are bit-identical for every thread count. It computes
 //! only their upper triangles (a recursive block product, half the flops of a full product) and
 //! mirrors them, so `A` and `B` are exactly symmetric. Both return the number of iterations run,
 //! the observable behind the "`(k,3)` runs `k` iterations" law.

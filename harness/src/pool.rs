@@ -4,7 +4,8 @@
 //! `job(i)` for every `i` in `0..t` — `i = 0` on the calling thread, the others on the workers —
 //! and returns when all have returned. A job is a borrowed closure: its address is published
 //! under a mutex with a generation number, the workers are woken through a condition variable,
-//! and the caller waits on a second one until the pending count reaches zero. No step of that
+//! and the caller waits on a second one until the pending count reaches zero; both sides first
+//! poll for [`SPIN`] (back-to-back jobs then skip the futex round trip). No step of that
 //! allocates (std's `Mutex` and `Condvar` are futex words on Linux), unlike rayon's job
 //! injection, whose queue allocates a block now and then.
 //!
@@ -17,8 +18,36 @@
 //!   for condition variables, as in `std::sync::Barrier`).
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a worker that finished its part, or a caller waiting for the workers, polls before
+/// parking on its condition variable. Products of a Newton–Schulz iteration follow one another
+/// within microseconds, while a futex wake-up costs tens of microseconds (and, on a loaded
+/// machine, a wait for a time slice); 50 us of polling covers the back-to-back products and
+/// bounds the CPU burnt when no job follows.
+pub const SPIN: Duration = Duration::from_micros(50);
+
+/// Poll `ready` for at most [`SPIN`]; `true` when it became true.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        if start.elapsed() >= SPIN {
+            return false;
+        }
+        for _ in 0..SPIN_BATCH {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// `spin_loop` hints between two polls (and clock reads).
+const SPIN_BATCH: usize = 32;
 
 /// The job's address with its lifetime erased; only dereferenced while [`Pool::run`], which
 /// borrows the job, is waiting for the parts to finish.
@@ -40,6 +69,10 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
+    /// Mirrors of `State::generation` and `State::pending`, written under the lock, read
+    /// without it while polling (a hint only: decisions are re-checked under the lock).
+    generation: AtomicU64,
+    pending: AtomicUsize,
     /// Signalled when a job is published (or on shutdown).
     work: Condvar,
     /// Signalled when the last worker part finishes.
@@ -71,6 +104,8 @@ impl Pool {
                 panicked: false,
                 shutdown: false,
             }),
+            generation: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
             work: Condvar::new(),
             done: Condvar::new(),
         });
@@ -108,9 +143,14 @@ impl Pool {
             st.job = Some(ptr);
             st.pending = self.workers.len();
             st.panicked = false;
+            self.shared.pending.store(st.pending, Ordering::Release);
+            self.shared
+                .generation
+                .store(st.generation, Ordering::Release);
         }
         self.shared.work.notify_all();
         let mine = catch_unwind(AssertUnwindSafe(|| job(0)));
+        spin_until(|| self.shared.pending.load(Ordering::Acquire) == 0);
         let mut st = self.shared.lock();
         while st.pending > 0 {
             st = self.shared.done.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -128,6 +168,7 @@ impl Pool {
 fn worker(shared: &Shared, part: usize) {
     let mut seen = 0u64;
     loop {
+        spin_until(|| shared.generation.load(Ordering::Acquire) != seen);
         let job = {
             let mut st = shared.lock();
             while st.generation == seen && !st.shutdown {
@@ -144,6 +185,7 @@ fn worker(shared: &Shared, part: usize) {
         let mut st = shared.lock();
         st.panicked |= !ok;
         st.pending -= 1;
+        shared.pending.store(st.pending, Ordering::Release);
         if st.pending == 0 {
             shared.done.notify_one();
         }

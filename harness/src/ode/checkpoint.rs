@@ -23,8 +23,10 @@
 //!
 //! `reverse(a, b, c)`: the state `y_a` is the checkpoint on top of the stack, `c` checkpoint
 //! slots (that one included) may be used; reverse steps `b-1, ..., a`.
-//! - `b - a <= c`: advance from `y_a` one step at a time storing `y_{a+1} .. y_{b-1}`, then
-//!   reverse each step from its checkpoint (`b - a - 1` forward steps).
+//! - `b - a <= c + 1` (`t <= 1`): advance from `y_a` one step at a time storing
+//!   `y_{a+1} .. y_{b-2}`, reverse the last step from the working state `y_{b-1}`, then each
+//!   other step from its checkpoint (`b - a - 1` forward steps). The recursion stops here, so
+//!   it is never deeper than the number of splits: at most `c`, and about `n / c` when `t = 2`.
 //! - `c = 1`: for `k = b-1, ..., a`, restore `y_a` and advance `k - a` steps
 //!   (`(b-a)(b-a-1)/2` forward steps).
 //! - otherwise pick a split `m`, advance `y_a -> y_m` (`m - a` steps), store it, run
@@ -49,6 +51,7 @@
 //! - Forward steps: `F(n, c)`; with `c ~ sqrt(2n)` (diffrax's default budget) `t <= 2`, so each
 //!   step is recomputed at most twice.
 //! - The recursion is at most `c` calls deep (each nested call has one checkpoint fewer).
+//!   `c >= n - 1` reverses in one sweep without recursing.
 //!
 //! # References
 //! - A. Griewank, "Achieving logarithmic growth of temporal and spatial complexity in reverse
@@ -150,14 +153,17 @@ fn reverse_range<S: Sweep + ?Sized>(a: usize, mut b: usize, c: usize, sweep: &mu
     // The left part `reverse(a, m, c)` is a tail call: loop on it, recurse only to the right.
     loop {
         let l = b - a;
-        if l <= c {
-            // t <= 1: one sweep storing every state.
+        if l <= c + 1 {
+            // t <= 1: one sweep storing y_{a+1} .. y_{b-2} (with y_a, l - 1 <= c checkpoints);
+            // y_{b-1} is the working state, reversed at once.
             sweep.restore(a);
-            for k in a + 1..b {
+            for k in a + 1..b - 1 {
                 sweep.advance(k - 1, k);
                 sweep.store(k);
             }
-            for k in (a..b).rev() {
+            sweep.advance(b.saturating_sub(2).max(a), b - 1);
+            sweep.reverse(b - 1);
+            for k in (a..b - 1).rev() {
                 sweep.restore(k);
                 sweep.reverse(k);
                 if k > a {
@@ -299,5 +305,18 @@ mod tests {
         // n = 1600, c = 40 (the memory law): t = 3, F = 4800 - beta(41, 2) = 4800 - 903.
         assert_eq!(audit(1600, 40).forward, 3897);
         assert_eq!(audit(1600, 40).peak, 40);
+    }
+
+    #[test]
+    fn large_budgets_reverse_without_deep_recursion() {
+        // c >= n - 1: one sweep (t = 1), no recursion at all, n - 1 forward steps; c = n/2:
+        // t = 2 and one level per split, on a test thread's 2 MiB stack.
+        let n = 100_000;
+        for c in [n - 1, n, n / 2, 1000] {
+            let a = audit(n, c);
+            assert_eq!(a.forward, forward_cost(n, c), "c={c}");
+            assert!(a.peak <= c, "c={c}: {}", a.peak);
+        }
+        assert_eq!(forward_cost(n, n - 1), (n - 1) as u128);
     }
 }

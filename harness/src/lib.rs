@@ -6,7 +6,7 @@
 //! init (equinox #673) — and the verification harness that proves, with laws shown to fail on
 //! re-creations of those bugs, that the reference has none of them.
 //!
-//! Reference modules (`optim`, `ode`, `stack`, `stage`, `tree`, `backend`) never import the verification modules
+//! Reference modules (`optim`, `ode`, `stack`, `stage`, `tree`, `backend`, `pool`) never import the verification modules
 //! (`laws`, `probe`, `golden`, `mutants`, `report`).
 
 pub mod backend;
@@ -19,6 +19,7 @@ pub mod laws;
 pub mod mutants;
 pub mod ode;
 pub mod optim;
+pub mod pool;
 pub mod probe;
 pub mod report;
 pub mod stack;

@@ -25,23 +25,15 @@ fn every_committed_golden_case_passes() {
 }
 
 #[test]
-fn shared_examples_pass_or_fail_as_not_implemented() {
+fn every_shared_example_passes() {
     let dir = root().join("../shared/golden/examples");
     if !dir.is_dir() {
         return; // shared/ is beside the project in CI and on developer machines
     }
-    for r in replay_dir(&dir) {
-        let implemented = matches!(r.kind.as_str(), "optimizer" | "ode" | "linesearch");
-        if implemented {
-            assert!(r.passed, "{}: {}", r.name, r.detail);
-        } else {
-            assert!(
-                !r.passed && r.detail.contains("not implemented"),
-                "{}: {}",
-                r.name,
-                r.detail
-            );
-        }
+    let results = replay_dir(&dir);
+    assert!(results.iter().any(|r| r.kind == "cnf"), "no cnf example");
+    for r in results {
+        assert!(r.passed, "{}: {}", r.name, r.detail);
     }
 }
 

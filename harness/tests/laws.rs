@@ -45,6 +45,7 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "ode_step_control",
         "ode_round_trip_and_reproducible",
         "ode_bad_input_is_typed_error",
+        "ode_grad_backward_matches_finite_differences",
         // tests/linesearch.rs
         "linesearch_armijo_on_success",
         "linesearch_evaluations_bounded",

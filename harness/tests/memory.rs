@@ -156,52 +156,49 @@ fn stack_fuzz_corpus_and_regressions_replay_clean() {
     assert!(n >= 6, "only {n} inputs replayed");
 }
 
-/// The planned Newton–Schulz form reuses its workspace: after the first call, calls leave live
-/// bytes where they were and make the same number of allocations each — only gemm 0.15's own
-/// per-call scratch (a flag vector of `mc/MR` bytes, and a packed panel when it packs the right
-/// operand), freed inside the call; the composed form allocates every intermediate matrix.
-/// Shapes: transposed, symmetric block path (small side > 128), and multi-threaded gemm.
-fn muon_planned_newton_schulz_reuses_its_workspace() {
+/// The planned Newton–Schulz form allocates nothing after its first calls: its workspace is
+/// sized once, its products run single-threaded gemm calls on the plan's own parked threads
+/// (no rayon job injection), and gemm's per-call scratch is kept per thread (the vendored
+/// gemm-common patch); the composed form allocates every intermediate matrix. Shapes:
+/// transposed, symmetric block path (small side > 128), and products split across threads.
+fn muon_planned_newton_schulz_allocates_nothing_after_the_first_call() {
     use harness::backend::Array;
+    use harness::laws::muon::planned_ns_allocates_nothing;
     use harness::optim::muon::{orthogonalize_composed, NsPlan};
     let _g = harness::probe::exclusive();
     let c = Array::new(vec![3], vec![3.4445, -4.775, 2.0315]).unwrap();
     for (r, cl) in [(64, 200), (130, 90), (512, 400)] {
         let x: Vec<f32> = (0..r * cl).map(|i| ((i as f32) * 0.37).sin()).collect();
         let mut plan = NsPlan::<f32>::new(r, cl);
-        let mut out = vec![0.0f32; x.len()];
-        for _ in 0..2 {
-            plan.run(&x, &c, 5, 1e-8, &mut out);
-        }
-        let mut window = |calls: usize| {
-            harness::probe::measure(|| {
-                for _ in 0..calls {
-                    plan.run(&x, &c, 5, 1e-8, &mut out);
-                }
-            })
-            .1
-        };
-        let (w1, w3) = (window(1), window(3));
-        assert!(
-            w1.live_delta <= 0 && w3.live_delta <= 0,
-            "{r}x{cl}: {w1:?} {w3:?}"
-        );
-        // rayon's job injection (multi-threaded gemm only) varies by an allocation or two
-        assert!(
-            w3.allocations <= 3 * w1.allocations + 3,
-            "{r}x{cl}: {w1:?} {w3:?}"
-        );
+        let w3 = planned_ns_allocates_nothing(&mut plan, &x, 3).unwrap();
         let xa = Array::new(vec![r, cl], x.clone()).unwrap();
         let composed = harness::probe::measure(|| orthogonalize_composed(&xa, &c, 5, 1e-8)).1;
-        assert!(
-            w1.peak_above_baseline < composed.peak_above_baseline,
-            "{r}x{cl}: planned {w1:?} vs composed {composed:?}"
-        );
+        assert!(composed.allocations > 0, "{r}x{cl}: {composed:?}");
         println!(
-            "  {r}x{cl}: planned {} allocations/call, peak {} B; composed {} allocations, peak {} B",
-            w1.allocations, w1.peak_above_baseline, composed.allocations, composed.peak_above_baseline
+            "  {r}x{cl} ({} threads): planned {} allocations in 3 calls, peak {} B; composed {} allocations, peak {} B",
+            plan.threads(), w3.allocations, w3.peak_above_baseline, composed.allocations, composed.peak_above_baseline
         );
     }
+    // bigger than GEMM_PARALLEL_MIN, so the products really are split, on 1 to 3 threads
+    let (r, cl) = (300, 256);
+    let x: Vec<f32> = (0..r * cl).map(|i| ((i as f32) * 0.61).cos()).collect();
+    for threads in 1..=3 {
+        let mut plan = NsPlan::<f32>::new(r, cl).with_threads(threads);
+        planned_ns_allocates_nothing(&mut plan, &x, 2).unwrap();
+    }
+}
+
+/// The zero-allocation check fails on a plan that allocates its workspace at every call.
+fn muon_zero_allocation_check_fails_on_a_fresh_workspace_per_call() {
+    use harness::laws::muon::planned_ns_allocates_nothing;
+    use harness::optim::muon::NsPlan;
+    let _g = harness::probe::exclusive();
+    let (r, cl) = (64, 200);
+    let x: Vec<f32> = (0..r * cl).map(|i| ((i as f32) * 0.37).sin()).collect();
+    let mut plan = NsPlan::<f32>::new(r, cl).with_fresh_workspace_per_call();
+    let e = planned_ns_allocates_nothing(&mut plan, &x, 3).unwrap_err();
+    // five buffers (X, BX, A, cA, B) per call
+    assert!(e.contains("made 15 allocations"), "{e}");
 }
 
 fn ode_checkpointed_gradient_memory_stays_within_its_bound() {
@@ -210,28 +207,17 @@ fn ode_checkpointed_gradient_memory_stays_within_its_bound() {
     assert!(r.passed, "{}", r.counterexample.unwrap_or_default());
 }
 
-fn ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound() {
-    use harness::laws::ode::{check_grad_memory, grad_memory, GRAD_MEM_STEPS};
-    use harness::ode::Solver;
-    let _g = harness::probe::exclusive();
-    for solver in [Solver::Tsit5, Solver::Midpoint] {
-        let rows = grad_memory(32, solver, &GRAD_MEM_STEPS).unwrap();
-        for r in &rows {
-            println!(
-                "  {solver} n={} c={} state={}B full_tape_peak={}B checkpointed_peak={}B bound={}B",
-                r.steps,
-                r.checkpoints,
-                r.state_bytes,
-                r.full_tape_peak,
-                r.checkpointed_peak,
-                r.bound
-            );
-        }
-        check_grad_memory(&rows, false).unwrap();
-        // A "checkpointed" form that keeps every state (the full tape) breaks the bound.
-        assert!(
-            check_grad_memory(&rows, true).is_err(),
-            "{solver}: full tape within bound"
+fn print_grad_memory(label: &str, rows: &[harness::laws::ode::GradMemory]) {
+    for r in rows {
+        println!(
+            "  {label} n={} c={} state={}B full_tape_peak={}B checkpointed_peak={}B bound={}B forward_steps={}",
+            r.steps,
+            r.checkpoints,
+            r.state_bytes,
+            r.full_tape_peak,
+            r.checkpointed_peak,
+            r.bound,
+            r.forward_steps
         );
     }
 }
@@ -272,8 +258,37 @@ fn cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows() {
     println!("  cnf-static-step: {err}; live bytes after steps 1..4: {live:?}");
 }
 
+/// The binomial schedule's figures (Tsit5 and Midpoint, 32-dim state, n = 100, 400, 1600,
+/// c = ceil(sqrt n)); the law fails on a checkpointed form that stores every state, and on the
+/// two-level uniform schedule it replaced (`c + ceil(n/c) - 1` states).
+fn ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound() {
+    use harness::laws::ode::{check_grad_memory, grad_memory, GRAD_MEM_STEPS};
+    use harness::ode::checkpoint::forward_cost;
+    use harness::ode::grad::Mutation;
+    use harness::ode::Solver;
+    let _g = harness::probe::exclusive();
+    for solver in [Solver::Tsit5, Solver::Midpoint] {
+        let rows = grad_memory(32, solver, &GRAD_MEM_STEPS, None).unwrap();
+        print_grad_memory(&solver.to_string(), &rows);
+        check_grad_memory(&rows).unwrap();
+        for r in &rows {
+            // closed form: 1 + F(n, c), F(n, c) = t n - beta(c+1, t-1)
+            assert_eq!(
+                r.forward_steps as u128,
+                1 + forward_cost(r.steps, r.checkpoints)
+            );
+        }
+        for m in [Mutation::StoreEveryState, Mutation::UniformSegments] {
+            let bad = grad_memory(32, solver, &GRAD_MEM_STEPS, Some(m)).unwrap();
+            print_grad_memory(&format!("{solver} mutant {m:?}"), &bad);
+            let e = check_grad_memory(&bad).unwrap_err();
+            assert!(e.contains("checkpointed peak"), "{m:?}: {e}");
+        }
+    }
+}
+
 fn main() {
-    let tests: [(&str, fn()); 16] = [
+    let tests: [(&str, fn()); 17] = [
         (
             "cnf_training_traces_once_and_memory_stays_flat",
             cnf_training_traces_once_and_memory_stays_flat,
@@ -283,8 +298,12 @@ fn main() {
             cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows,
         ),
         (
-            "muon_planned_newton_schulz_reuses_its_workspace",
-            muon_planned_newton_schulz_reuses_its_workspace,
+            "muon_planned_newton_schulz_allocates_nothing_after_the_first_call",
+            muon_planned_newton_schulz_allocates_nothing_after_the_first_call,
+        ),
+        (
+            "muon_zero_allocation_check_fails_on_a_fresh_workspace_per_call",
+            muon_zero_allocation_check_fails_on_a_fresh_workspace_per_call,
         ),
         (
             "radam_steps_trace_once_and_memory_stays_flat",
@@ -335,8 +354,8 @@ fn main() {
             ode_checkpointed_gradient_memory_stays_within_its_bound,
         ),
         (
-            "ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound",
-            ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound,
+            "ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound",
+            ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound,
         ),
     ];
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));

@@ -187,6 +187,11 @@ fn solve_gradients_match_finite_differences() {
 }
 
 #[test]
+fn backward_solve_gradients_match_finite_differences() {
+    assert_law_holds("ode_grad_backward_matches_finite_differences");
+}
+
+#[test]
 fn checkpointed_gradients_equal_the_full_tape_bitwise() {
     assert_law_holds("ode_grad_checkpointed_equals_full_tape");
 }
@@ -204,6 +209,7 @@ fn lv_case(steps: Option<u32>) -> laws::ode::GradCase {
         steps,
         rtol: 1e-6,
         w: [0.7, -0.3],
+        backward: false,
     }
 }
 
@@ -227,6 +233,33 @@ fn finite_difference_law_fails_when_a_stage_drops_its_theta_term() {
             assert!(r.is_err(), "stage {stage}: mutant passed the FD law: {r:?}");
         }
     }
+}
+
+#[test]
+fn backward_finite_difference_law_fails_when_a_stage_drops_its_theta_term() {
+    use harness::ode::grad::Mutation;
+    for steps in [Some(12), None] {
+        let c = lv_case(steps);
+        laws::ode::grad_backward_matches_fd(&c).unwrap();
+        for stage in 0..6 {
+            let r = laws::ode::grad_backward_matches_fd_with(
+                &c,
+                Some(Mutation::DropThetaOfStage(stage)),
+            );
+            let e = r.expect_err("mutant passed the backward FD law");
+            assert!(e.contains("finite difference"), "stage {stage}: {e}");
+        }
+    }
+    // and the property itself, over generated cases (every method has a stage 0)
+    let r = laws::check_property(
+        "ode_grad_backward_matches_finite_differences",
+        8,
+        laws::DEFAULT_SEED,
+        laws::ode::backward_grad_case(),
+        |c| laws::ode::grad_backward_matches_fd_with(c, Some(Mutation::DropThetaOfStage(0))),
+    );
+    let e = r.expect_err("the law did not catch the dropped stage-0 theta term");
+    assert!(e.contains("backward: true"), "{e}");
 }
 
 #[test]

@@ -531,7 +531,20 @@ pub fn trainer_for(c: &TrainCase, mutation: Option<Mutation>) -> crate::Result<T
 
 /// `steps` training steps trace once, and live bytes after the last step equal those after
 /// the first (warm-up) step: nothing accumulates per step.
+///
+/// The steps run on a dedicated one-thread rayon pool: gemm keeps per-thread scratch that a
+/// worker allocates the first time it takes part in a product, and on a loaded machine a worker
+/// may first take part at any step — a one-time cost per thread, not growth per step, that would
+/// otherwise make the measurement flaky. (Results do not depend on the thread count: tested.)
 pub fn train_trace_once_with(c: &TrainCase, mutation: Option<Mutation>) -> Result<(), String> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .map_err(|e| e.to_string())?;
+    pool.install(|| train_trace_once_on_this_pool(c, mutation))
+}
+
+fn train_trace_once_on_this_pool(c: &TrainCase, mutation: Option<Mutation>) -> Result<(), String> {
     let mut trainer = trainer_for(c, mutation).map_err(|e| e.to_string())?;
     let mut state: TrainState = trainer.init().map_err(|e| e.to_string())?;
     let mut live_first = 0;

@@ -702,6 +702,41 @@ pub fn subject_with<P: CoeffPolicy>(case: &ShardCase, policy: P) -> Result<Muon<
     Muon::with_policy(shard_hyper(case), policy).map_err(err)
 }
 
+/// Warm-up calls before [`planned_ns_allocates_nothing`] measures (the first call of a plan
+/// starts its pool's threads' lazily allocated gemm scratch; the second proves it is reused).
+pub const NS_WARMUP_CALLS: usize = 2;
+
+/// After [`NS_WARMUP_CALLS`] runs, `calls` further runs of `plan` on `x` make no allocation at
+/// all (on any thread: the counting allocator is process-wide) and leave live bytes where they
+/// were. Returns the measurement of the `calls` runs. Hold [`crate::probe::exclusive`].
+pub fn planned_ns_allocates_nothing(
+    plan: &mut NsPlan<f32>,
+    x: &[f32],
+    calls: usize,
+) -> Result<crate::probe::Measurement, String> {
+    let c = coeffs::build(&CoeffSpec::default(), 5).map_err(err)?;
+    let (rows, cols) = plan.shape();
+    let mut out = vec![0.0f32; x.len()];
+    for _ in 0..NS_WARMUP_CALLS {
+        plan.run(x, &c, 5, 1e-8, &mut out);
+    }
+    let (_, m) = crate::probe::measure(|| {
+        for _ in 0..calls {
+            plan.run(x, &c, 5, 1e-8, &mut out);
+        }
+    });
+    if m.allocations != 0 || m.live_delta != 0 {
+        return Err(format!(
+            "{rows}x{cols} on {} threads: {calls} planned runs after warm-up made {} allocations \
+             (live bytes {:+})",
+            plan.threads(),
+            m.allocations,
+            m.live_delta
+        ));
+    }
+    Ok(m)
+}
+
 /// The law on the reference.
 pub fn sharding_and_order_reference(case: &ShardCase) -> Result<(), String> {
     sharding_and_order_invariant(case, &reference_subject(case)?)

@@ -387,6 +387,8 @@ pub struct GradCase {
     pub steps: Option<u32>,
     pub rtol: f64,
     pub w: [f64; 2],
+    /// Solve backward, from `rotation.t1` down to 0 (`t1 < t0`), instead of from 0 to `t1`.
+    pub backward: bool,
 }
 
 /// Cases with constant steps up to `max_const_steps`; PID tolerances `rtols`.
@@ -418,8 +420,18 @@ fn grad_case(max_const_steps: u32, rtols: [f64; 2]) -> impl Strategy<Value = Gra
                 steps,
                 rtol,
                 w: [w0, w1],
+                backward: false,
             }
         })
+}
+
+/// [`grad_case`]'s cases solved backward (`t1 < t0`), for
+/// [`grad_backward_matches_fd`].
+pub fn backward_grad_case() -> impl Strategy<Value = GradCase> {
+    grad_case(30, [1e-4, 1e-6]).prop_map(|c| GradCase {
+        backward: true,
+        ..c
+    })
 }
 
 impl GradCase {
@@ -437,12 +449,21 @@ impl GradCase {
     fn solver(&self) -> Solver {
         Solver::ALL[self.solver]
     }
+    /// `(t0, t1)`: `(0, T)`, or `(T, 0)` backward.
+    fn interval(&self) -> (f64, f64) {
+        if self.backward {
+            (self.rotation.t1, 0.0)
+        } else {
+            (0.0, self.rotation.t1)
+        }
+    }
     fn controller(&self) -> Result<Controller, String> {
         let has_err = self.solver().tableau().b_err().is_some();
+        let (t0, t1) = self.interval();
         match self.steps {
-            Some(k) => Controller::constant(self.rotation.t1 / k as f64),
+            Some(k) => Controller::constant((t1 - t0) / k as f64),
             None if has_err => Controller::pid(self.rtol, self.rtol * 1e-2),
-            None => Controller::constant(self.rotation.t1 / 10.0),
+            None => Controller::constant((t1 - t0) / 10.0),
         }
         .map_err(|e| e.to_string())
     }
@@ -452,10 +473,10 @@ impl GradCase {
         let tab = self.solver().tableau();
         let ctl = self.controller()?;
         let opts = SolveOptions::default();
-        let (t1, y0, w) = (self.rotation.t1, &self.rotation.y0, &self.w);
+        let ((t0, t1), y0, w) = (self.interval(), &self.rotation.y0, &self.w);
         match mutation {
-            None => grad::gradient(&*f, &tab, &ctl, 0.0, t1, y0, w, mode, &opts),
-            Some(m) => grad::gradient_mutant(&*f, &tab, &ctl, 0.0, t1, y0, w, mode, &opts, m),
+            None => grad::gradient(&*f, &tab, &ctl, t0, t1, y0, w, mode, &opts),
+            Some(m) => grad::gradient_mutant(&*f, &tab, &ctl, t0, t1, y0, w, mode, &opts, m),
         }
         .map_err(|e| format!("{}: {e}", self.solver()))
     }
@@ -516,6 +537,42 @@ pub fn grad_matches_fd(c: &GradCase) -> Result<(), String> {
     c.compare_with_fd(&g).map(|_| ())
 }
 
+/// Backward solves (`t1 < t0`, diffrax's time negation): the full-tape gradient, with
+/// `mutation` applied, matches central finite differences of the fixed-times map in f64 within
+/// [`tolerance::GRAD_FD`], and the checkpointed gradient (2 checkpoints) equals it bit for bit.
+pub fn grad_backward_matches_fd_with(
+    c: &GradCase,
+    mutation: Option<Mutation>,
+) -> Result<(), String> {
+    let backward = GradCase {
+        backward: true,
+        ..*c
+    };
+    let g = match backward.gradient(GradMode::FullTape, mutation) {
+        Err(e) if e.contains("max_steps") => return Ok(()), // out of budget, not a miss
+        r => r?,
+    };
+    if g.ts.windows(2).any(|t| t[1] >= t[0]) {
+        return Err(format!(
+            "{}: backward step times not decreasing",
+            backward.solver()
+        ));
+    }
+    backward.compare_with_fd(&g)?;
+    let ck = backward.gradient(
+        GradMode::Checkpointed {
+            checkpoints: Some(2),
+        },
+        mutation,
+    )?;
+    grads_bitwise_equal(&format!("{} backward c=2", backward.solver()), &ck, &g)
+}
+
+/// [`grad_backward_matches_fd_with`] on the reference.
+pub fn grad_backward_matches_fd(c: &GradCase) -> Result<(), String> {
+    grad_backward_matches_fd_with(c, None)
+}
+
 /// `Ok` when the two gradients (and recomputed final states) are bit-identical.
 pub fn grads_bitwise_equal(what: &str, a: &Gradient, b: &Gradient) -> Result<(), String> {
     for (name, x, y) in [
@@ -569,13 +626,15 @@ pub struct GradMemory {
     pub state_bytes: usize,
     pub full_tape_peak: usize,
     pub checkpointed_peak: usize,
-    /// `(c + ceil(n/c) + GRAD_MEM_K) * state_bytes + 16 (n + 1) + overhead`.
+    /// Forward steps of the checkpointed run ([`Gradient::forward_steps`]).
+    pub forward_steps: usize,
+    /// Bytes of the step-time vector as held (`8 x capacity`; at most `16 (n + 1)`).
+    pub times_bytes: usize,
+    /// The one-step overhead (see [`grad_memory`]).
+    pub overhead: usize,
+    /// `c * state_bytes + times_bytes + overhead`.
     pub bound: usize,
 }
-
-/// Extra states in flight besides checkpoints and one segment: the running state, the
-/// checkpoint copy a segment restarts from, `lambda`, and the step function's input.
-pub const GRAD_MEM_K: usize = 4;
 
 /// The block-diagonal system of `dim/2` damped rotations used by the memory law.
 pub fn memory_problem(dim: usize) -> Result<Linear, String> {
@@ -590,11 +649,19 @@ pub fn memory_problem(dim: usize) -> Result<Linear, String> {
     Linear::new(dim, a).map_err(|e| e.to_string())
 }
 
-/// Measure both modes for each `n` in `steps` (checkpoints `ceil(sqrt(n))`) with `solver`.
-/// The overhead constant is the checkpointed peak of a one-step gradient on the same problem
-/// (the one-step graph, the solve's stage buffers, `theta` and its gradient). Hold
-/// [`crate::probe::exclusive`] around the call.
-pub fn grad_memory(dim: usize, solver: Solver, steps: &[usize]) -> Result<Vec<GradMemory>, String> {
+/// Measure both modes for each `n` in `steps` (checkpoints `ceil(sqrt(n))`) with `solver`;
+/// `mutation` applies to the checkpointed runs. The bound on the checkpointed peak is
+/// `c * state_bytes + times_bytes + overhead`: the `c` checkpoints, the step times as held,
+/// and the overhead constant, the checkpointed peak of a one-step gradient on the same problem
+/// (one checkpoint — so the bound has one state of slack —, the working state, `y_final`, old
+/// and new `lambda`, the one-step graph, the step function's stage buffers, `theta` and its
+/// gradient): none of these grows with `n`. Hold [`crate::probe::exclusive`] around the call.
+pub fn grad_memory(
+    dim: usize,
+    solver: Solver,
+    steps: &[usize],
+    mutation: Option<Mutation>,
+) -> Result<Vec<GradMemory>, String> {
     let field = memory_problem(dim)?;
     let tab = solver.tableau();
     let y0: Vec<f64> = (0..dim).map(|i| 1.0 + i as f64 * 0.01).collect();
@@ -603,64 +670,64 @@ pub fn grad_memory(dim: usize, solver: Solver, steps: &[usize]) -> Result<Vec<Gr
         max_steps: 1 << 16,
         ..Default::default()
     };
-    let run = |n: usize, mode: GradMode| -> Result<(Gradient, usize), String> {
+    let run = |n: usize,
+               mode: GradMode,
+               m: Option<Mutation>|
+     -> Result<(Gradient, usize), String> {
         let ctl = Controller::constant(1.0 / n as f64).map_err(|e| e.to_string())?;
-        let (g, m) = crate::probe::measure(|| {
-            grad::gradient(&field, &tab, &ctl, 0.0, 1.0, &y0, &w, mode, &opts)
+        let (g, mem) = crate::probe::measure(|| match m {
+            None => grad::gradient(&field, &tab, &ctl, 0.0, 1.0, &y0, &w, mode, &opts),
+            Some(m) => grad::gradient_mutant(&field, &tab, &ctl, 0.0, 1.0, &y0, &w, mode, &opts, m),
         });
-        Ok((g.map_err(|e| e.to_string())?, m.peak_above_baseline))
+        Ok((g.map_err(|e| e.to_string())?, mem.peak_above_baseline))
     };
     // warm-up (one-time lazy allocations), then the overhead constant
-    run(1, GradMode::FullTape)?;
-    let (_, overhead) = run(
-        1,
-        GradMode::Checkpointed {
-            checkpoints: Some(1),
-        },
-    )?;
+    run(1, GradMode::FullTape, None)?;
+    let one = GradMode::Checkpointed {
+        checkpoints: Some(1),
+    };
+    let (_, overhead) = run(1, one, None)?;
     let state_bytes = dim * std::mem::size_of::<f64>();
     let mut out = Vec::new();
     for &n in steps {
         let c = (n as f64).sqrt().ceil() as usize;
-        let (g, full_tape_peak) = run(n, GradMode::FullTape)?;
+        let (g, full_tape_peak) = run(n, GradMode::FullTape, None)?;
         let (gc, checkpointed_peak) = run(
             n,
             GradMode::Checkpointed {
                 checkpoints: Some(c),
             },
+            mutation,
         )?;
         grads_bitwise_equal("memory run", &gc, &g)?;
         let n_act = g.ts.len() - 1;
         let c = gc.checkpoints;
+        let times_bytes = gc.ts.capacity() * std::mem::size_of::<f64>();
         out.push(GradMemory {
             steps: n_act,
             checkpoints: c,
             state_bytes,
             full_tape_peak,
             checkpointed_peak,
-            bound: (c + n_act.div_ceil(c) + GRAD_MEM_K) * state_bytes + 16 * (n_act + 1) + overhead,
+            forward_steps: gc.forward_steps,
+            times_bytes,
+            overhead,
+            bound: c * state_bytes + times_bytes + overhead,
         });
     }
     Ok(out)
 }
 
-/// The checkpointed peak of every row is within its bound, and the full tape grows at least
-/// linearly: between the first and last rows by `>= 0.9 * (n_last - n_first) * state_bytes`.
-/// `use_full_tape_as_checkpointed` (the mutant) applies the bound to the full tape's peaks.
-pub fn check_grad_memory(
-    rows: &[GradMemory],
-    use_full_tape_as_checkpointed: bool,
-) -> Result<(), String> {
+/// The checkpointed peak of every row is within its bound (`c` states and the one-step
+/// overhead; no `ceil(n/c)`-state segment buffer, no state per step),
+/// and the full tape grows at least linearly: between the first and last rows by
+/// `>= 0.9 * (n_last - n_first) * state_bytes`.
+pub fn check_grad_memory(rows: &[GradMemory]) -> Result<(), String> {
     for r in rows {
-        let peak = if use_full_tape_as_checkpointed {
-            r.full_tape_peak
-        } else {
-            r.checkpointed_peak
-        };
-        if peak > r.bound {
+        if r.checkpointed_peak > r.bound {
             return Err(format!(
-                "checkpointed peak {peak} B > bound {} B: {r:?}",
-                r.bound
+                "checkpointed peak {} B > bound {} B: {r:?}",
+                r.checkpointed_peak, r.bound
             ));
         }
     }
@@ -680,12 +747,17 @@ pub fn check_grad_memory(
 /// Steps used by the memory law.
 pub const GRAD_MEM_STEPS: [usize; 3] = [100, 400, 1600];
 
-/// The memory law: 32-dimensional linear system, `n = 100, 400, 1600`, `c = ceil(sqrt(n))`,
-/// for the method picked by the case.
-pub fn grad_memory_bound(solver: &usize) -> Result<(), String> {
+/// The memory law with `mutation` applied to the checkpointed runs: 32-dimensional linear
+/// system, `n = 100, 400, 1600`, `c = ceil(sqrt(n))`, for the method picked by the case.
+pub fn grad_memory_bound_with(solver: &usize, mutation: Option<Mutation>) -> Result<(), String> {
     let solver = Solver::ALL[*solver];
-    let rows = grad_memory(32, solver, &GRAD_MEM_STEPS)?;
-    check_grad_memory(&rows, false).map_err(|e| format!("{solver}: {e}"))
+    let rows = grad_memory(32, solver, &GRAD_MEM_STEPS, mutation)?;
+    check_grad_memory(&rows).map_err(|e| format!("{solver}: {e}"))
+}
+
+/// [`grad_memory_bound_with`] on the reference.
+pub fn grad_memory_bound(solver: &usize) -> Result<(), String> {
+    grad_memory_bound_with(solver, None)
 }
 
 pub(crate) fn laws() -> Vec<Law> {
@@ -731,6 +803,14 @@ pub(crate) fn laws() -> Vec<Law> {
             run: |c, s| check_property("ode_grad_matches_finite_differences", c, s, grad_case(30, [1e-4, 1e-6]), grad_matches_fd),
         },
         Law {
+            name: "ode_grad_backward_matches_finite_differences",
+            family: Family::Numerics,
+            summary: "backward solves (t1 < t0): gradients match central finite differences (GRAD_FD); checkpointed equals full tape",
+            default_cases: 48,
+            measures_memory: false,
+            run: |c, s| check_property("ode_grad_backward_matches_finite_differences", c, s, backward_grad_case(), grad_backward_matches_fd),
+        },
+        Law {
             name: "ode_grad_checkpointed_equals_full_tape",
             family: Family::Numerics,
             summary: "checkpointed gradients equal the full tape's bit for bit, every c in 1..=n and the default",
@@ -741,7 +821,7 @@ pub(crate) fn laws() -> Vec<Law> {
         Law {
             name: "ode_grad_checkpoint_memory_bound",
             family: Family::Numerics,
-            summary: "checkpointed peak <= (c + ceil(n/c) + K) states + times + overhead for n = 100..1600; full tape grows linearly",
+            summary: "checkpointed peak <= c states + step times + one-step overhead for n = 100..1600; full tape grows linearly",
             default_cases: 1,
             measures_memory: true,
             run: |c, s| check_property("ode_grad_checkpoint_memory_bound", c, s, prop_oneof![Just(5usize), Just(2usize)], grad_memory_bound),

@@ -12,15 +12,22 @@
 //! `dL/dtheta` contribution, accumulated in reverse step order.
 //!
 //! Two forms share that per-step VJP and the accumulation order, so they are bit-identical by
-//! construction:
-//! - [`GradMode::FullTape`] stores every state `y_0..y_{n-1}`: `n` states.
-//! - [`GradMode::Checkpointed`] stores the states at the starts of `c` uniform segments of
-//!   length `L = ceil(n/c)`; in reverse it recomputes one segment's states from its checkpoint
-//!   and sweeps it. Peak: `c + L` states plus the one-step graph. The default budget is diffrax's
-//!   `RecursiveCheckpointAdjoint` default, `floor(-1.5 + sqrt(2*max_steps + 0.25)) + 1`
-//!   ([`default_checkpoints`]; 90 for `max_steps = 4096`). Unlike diffrax's online binomial
-//!   (revolve) schedule, segments are uniform (two levels), so the peak is `c + ceil(n/c)`
-//!   states rather than revolve's optimum; the recomputation cost is one extra forward pass.
+//! construction (the states are recomputed by the same deterministic step function):
+//! - [`GradMode::FullTape`] stores every state `y_0..y_{n-1}`: `n` states, `n` forward steps.
+//! - [`GradMode::Checkpointed`] runs the offline binomial (revolve) schedule of
+//!   [`checkpoint`] with a budget of `c` checkpoints: the forward solve has fixed `n`, so the
+//!   optimal schedule is known before the sweep. With the repetition number `t` (the least `t`
+//!   with `n <= beta(c, t) = C(c+t, c)`), it takes `F(n, c) = t n - beta(c+1, t-1)` forward
+//!   steps, the fewest any schedule with `c` stored states can (Griewank–Walther), plus one to
+//!   recompute `y_n`: [`Gradient::forward_steps`]` = 1 + F(n, c)`. Peak: the `c` checkpoints (a
+//!   stack allocated once, `c x dim` f64), the working state, `y_final`, `lambda` and the
+//!   one-step graph — no segment buffer, nothing growing with `n` but the step times. The
+//!   default budget is diffrax's `RecursiveCheckpointAdjoint` default,
+//!   `floor(-1.5 + sqrt(2*max_steps + 0.25)) + 1` ([`default_checkpoints`]; 90 for
+//!   `max_steps = 4096`), chosen so that `beta(c, 2) = (c+1)(c+2)/2 >= max_steps`: every
+//!   solve that fits in `max_steps` is reversed with each step recomputed at most twice
+//!   (`t <= 2`), so `forward_steps <= 2n`. diffrax schedules online (it does not know `n` in
+//!   advance); the bound on stored states is the same.
 //!
 //! Both forms also hold the accepted step times (`n + 1` f64, in a growing vector of capacity
 //! at most `2(n + 1)`), which the forward solve reports one by one.
@@ -33,6 +40,8 @@
 //! # References
 //! - P. Kidger, diffrax 0.7.2 `RecursiveCheckpointAdjoint` (`_adjoint.py`) and equinox's
 //!   `checkpointed_while_loop` (default checkpoint count).
+//! - A. Griewank, "Achieving logarithmic growth of temporal and spatial complexity in reverse
+//!   automatic differentiation", *Optimization Methods and Software* 1(1), 1992.
 //! - A. Griewank, A. Walther, "Algorithm 799: revolve: an implementation of checkpointing for
 //!   the reverse or adjoint mode of computational differentiation", *ACM TOMS* 26(1), 2000.
 //!
@@ -53,6 +62,7 @@
 //! # Ok::<(), harness::Error>(())
 //! ```
 
+use super::checkpoint;
 use super::fixtures::{Linear, LotkaVolterra};
 use super::problem::VectorField;
 use super::solve::{solve_observed, SolveOptions};
@@ -142,8 +152,8 @@ impl<F: DiffField + ?Sized> VectorField<f64> for AtTheta<'_, F> {
 pub enum GradMode {
     /// Store every state: `n` states.
     FullTape,
-    /// Store `checkpoints` segment starts (default [`default_checkpoints`]`(max_steps)`) and
-    /// recompute one segment at a time: `c + ceil(n/c)` states.
+    /// Store at most `checkpoints` states (default [`default_checkpoints`]`(max_steps)`; clamped
+    /// to `[1, n]`) and recompute the others by the binomial schedule of [`checkpoint`].
     Checkpointed { checkpoints: Option<usize> },
 }
 
@@ -165,6 +175,10 @@ pub struct Gradient {
     pub ts: Vec<f64>,
     /// Checkpoints used (`n` for the full tape).
     pub checkpoints: usize,
+    /// Plain Runge–Kutta steps evaluated by the gradient (the forward solve not counted): `n`
+    /// for the full tape, `1 + F(n, c)` ([`checkpoint::forward_cost`]) when checkpointed —
+    /// the schedule's forward steps plus the step from `y_{n-1}` to `y_final`.
+    pub forward_steps: usize,
 }
 
 /// The gradient of `<w, y(t1)>` with respect to `y0` and `field.theta()`; see the module docs.
@@ -195,9 +209,9 @@ pub fn gradient<F: DiffField + ?Sized>(
 }
 
 /// The gradient of a loss `L(y(t1))` whose cotangent `dL/dy(t1)` depends on the final state:
-/// `cotangent(y_final)` is called once, after the forward pass and before the reverse sweep
-/// (saves the extra forward solve that computing `y(t1)` first would cost). Otherwise as
-/// [`gradient`]; a cotangent of the wrong length or non-finite is an error.
+/// `cotangent(y_final)` is called once, when the reverse sweep reaches the last step (saves the
+/// extra forward solve that computing `y(t1)` first would cost). Otherwise as [`gradient`]; a
+/// cotangent of the wrong length or non-finite is an error, as is an error it returns.
 #[allow(clippy::too_many_arguments)]
 pub fn gradient_of<F: DiffField + ?Sized>(
     field: &F,
@@ -230,17 +244,6 @@ enum Cotangent<'a> {
     Of(Box<dyn FnOnce(&[f64]) -> Result<Vec<f64>> + 'a>),
 }
 
-impl Cotangent<'_> {
-    fn resolve(self, y_final: &[f64]) -> Result<Vec<f64>> {
-        let w = match self {
-            Cotangent::Given(w) => w.to_vec(),
-            Cotangent::Of(f) => f(y_final)?,
-        };
-        check_input("w", &w, y_final.len())?;
-        Ok(w)
-    }
-}
-
 /// Deliberately wrong variants of [`gradient`], for showing that the gradient laws can fail.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,6 +252,12 @@ pub enum Mutation {
     DropThetaOfStage(usize),
     /// Checkpoints are stored rounded to f32 ("compressed checkpoints").
     RoundCheckpointsToF32,
+    /// The checkpointed form stores every state (its budget ignored): bit-identical gradients,
+    /// `n` states of memory.
+    StoreEveryState,
+    /// The checkpointed form runs the old two-level uniform schedule (`c + ceil(n/c) - 1`
+    /// states): bit-identical gradients, more memory than the binomial bound.
+    UniformSegments,
 }
 
 /// [`gradient`] with a [`Mutation`] applied.
@@ -315,7 +324,6 @@ fn gradient_impl<F: DiffField + ?Sized>(
         Some(Mutation::DropThetaOfStage(i)) => Some(i),
         _ => None,
     };
-    let round_ckpt = mutation == Some(Mutation::RoundCheckpointsToF32);
     let d = field.dim();
     check_input("y0", y0, d)?;
     if let Cotangent::Given(w) = &w {
@@ -339,95 +347,209 @@ fn gradient_impl<F: DiffField + ?Sized>(
         }
     })?;
     let n = ts.len() - 1;
-    let mut stepper = Stepper::new(field, tab, &theta);
-    // Reverse sweep state.
-    let mut lambda;
-    let mut g_theta = vec![0.0; theta.len()];
-    let mut y_final = y0.to_vec();
-    let checkpoints;
-    match mode {
-        GradMode::FullTape => {
-            checkpoints = n;
-            let mut states = Vec::with_capacity(n * d);
-            let mut y = y0.to_vec();
-            for k in 0..n {
-                states.extend_from_slice(&y);
-                stepper.step(ts[k], ts[k + 1], &mut y);
-            }
-            y_final = y;
-            lambda = w.resolve(&y_final)?;
-            for k in (0..n).rev() {
-                step_vjp(
-                    field,
-                    tab,
-                    ts[k],
-                    ts[k + 1],
-                    &states[k * d..(k + 1) * d],
-                    &theta,
-                    &mut lambda,
-                    &mut g_theta,
-                    drop_stage,
-                );
-            }
-        }
+    let (checkpoints, c_eff) = match mode {
+        GradMode::FullTape => (n, n),
         GradMode::Checkpointed { checkpoints: c } => {
             let c = c
                 .unwrap_or_else(|| default_checkpoints(opts.max_steps))
                 .clamp(1, n.max(1));
-            checkpoints = c;
-            let seg = n.div_ceil(c).max(1);
-            let nseg = n.div_ceil(seg);
-            let mut ckpt = Vec::with_capacity(nseg * d);
-            let mut y = y0.to_vec();
-            for k in 0..n {
-                if k % seg == 0 {
-                    if round_ckpt {
-                        ckpt.extend(y.iter().map(|&v| v as f32 as f64));
-                    } else {
-                        ckpt.extend_from_slice(&y);
-                    }
-                }
-                stepper.step(ts[k], ts[k + 1], &mut y);
-            }
-            if n > 0 {
-                y_final = y;
-            }
-            lambda = w.resolve(&y_final)?;
-            let mut states = Vec::with_capacity(seg * d);
-            for s in (0..nseg).rev() {
-                let (start, end) = (s * seg, ((s + 1) * seg).min(n));
-                states.clear();
-                let mut y = ckpt[s * d..(s + 1) * d].to_vec();
-                for k in start..end {
-                    states.extend_from_slice(&y);
-                    if k + 1 < end {
-                        stepper.step(ts[k], ts[k + 1], &mut y);
-                    }
-                }
-                for k in (start..end).rev() {
-                    let i = k - start;
-                    step_vjp(
-                        field,
-                        tab,
-                        ts[k],
-                        ts[k + 1],
-                        &states[i * d..(i + 1) * d],
-                        &theta,
-                        &mut lambda,
-                        &mut g_theta,
-                        drop_stage,
-                    );
-                }
-            }
+            let stored = if mutation == Some(Mutation::StoreEveryState) {
+                n.max(1)
+            } else {
+                c
+            };
+            (c, stored)
         }
+    };
+    let mut sweep = ReverseSweep {
+        field,
+        tab,
+        ts: &ts,
+        theta: &theta,
+        stepper: Stepper::new(field, tab, &theta),
+        stack: Vec::with_capacity(c_eff * d),
+        y: y0.to_vec(),
+        y_final: y0.to_vec(),
+        lambda: Vec::new(),
+        cotangent: Some(w),
+        error: None,
+        g_theta: vec![0.0; theta.len()],
+        forward_steps: 0,
+        round_ckpt: mutation == Some(Mutation::RoundCheckpointsToF32),
+        drop_stage,
+    };
+    match mode {
+        GradMode::FullTape => sweep.full_tape(),
+        GradMode::Checkpointed { .. } if mutation == Some(Mutation::UniformSegments) => {
+            uniform_segments(n, c_eff, &mut sweep)
+        }
+        GradMode::Checkpointed { .. } => checkpoint::binomial(n, c_eff, &mut sweep),
+    }
+    sweep.resolve(); // n = 0: no reverse step asked for the cotangent
+    let ReverseSweep {
+        y_final,
+        lambda,
+        g_theta,
+        forward_steps,
+        error,
+        ..
+    } = sweep;
+    if let Some(e) = error {
+        return Err(e);
     }
     Ok(Gradient {
         d_y0: lambda,
         d_theta: g_theta,
         y_final,
-        ts,
+        ts: ts.clone(), // the sweep (which may hold the caller's cotangent) borrows `ts`
         checkpoints,
+        forward_steps,
     })
+}
+
+/// The reverse sweep's buffers, driven by a checkpoint schedule ([`checkpoint::Sweep`]): the
+/// working state `y`, the checkpoint stack (capacity fixed up front: `c` states), the adjoint
+/// `lambda = dL/dy_k` and the accumulated `dL/dtheta`.
+struct ReverseSweep<'a, F: ?Sized> {
+    field: &'a F,
+    tab: &'a Tableau,
+    ts: &'a [f64],
+    theta: &'a [f64],
+    stepper: Stepper<'a, F>,
+    stack: Vec<f64>,
+    y: Vec<f64>,
+    y_final: Vec<f64>,
+    lambda: Vec<f64>,
+    g_theta: Vec<f64>,
+    forward_steps: usize,
+    round_ckpt: bool,
+    drop_stage: Option<usize>,
+    /// Taken when `y_final` is first known (just before the first VJP).
+    cotangent: Option<Cotangent<'a>>,
+    error: Option<Error>,
+}
+
+impl<F: DiffField + ?Sized> ReverseSweep<'_, F> {
+    /// Turn the cotangent into `lambda` once `y_final` is known; later VJPs are skipped after
+    /// an error.
+    fn resolve(&mut self) {
+        if let Some(c) = self.cotangent.take() {
+            let w = match c {
+                Cotangent::Given(w) => Ok(w.to_vec()),
+                Cotangent::Of(f) => f(&self.y_final),
+            }
+            .and_then(|w| check_input("w", &w, self.y_final.len()).map(|()| w));
+            match w {
+                Ok(w) => self.lambda = w,
+                Err(e) => self.error = Some(e),
+            }
+        }
+    }
+
+    /// The full tape, written out on its own (the bitwise law's reference): store
+    /// `y_0 .. y_{n-1}` in one sweep, computing `y_n` at its end, then reverse every step.
+    fn full_tape(&mut self) {
+        let (n, d) = (self.ts.len() - 1, self.y.len());
+        for k in 0..n {
+            self.stack.extend_from_slice(&self.y);
+            self.stepper.step(self.ts[k], self.ts[k + 1], &mut self.y);
+            self.forward_steps += 1;
+        }
+        self.y_final.copy_from_slice(&self.y);
+        self.resolve();
+        if self.error.is_some() {
+            return;
+        }
+        for k in (0..n).rev() {
+            let yk = &self.stack[k * d..(k + 1) * d];
+            step_vjp(
+                self.field,
+                self.tab,
+                self.ts[k],
+                self.ts[k + 1],
+                yk,
+                self.theta,
+                &mut self.lambda,
+                &mut self.g_theta,
+                self.drop_stage,
+            );
+        }
+    }
+}
+
+impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, F> {
+    fn advance(&mut self, from: usize, to: usize) {
+        for k in from..to {
+            self.stepper.step(self.ts[k], self.ts[k + 1], &mut self.y);
+        }
+        self.forward_steps += to - from;
+    }
+    fn store(&mut self, _at: usize) {
+        if self.round_ckpt {
+            self.stack.extend(self.y.iter().map(|&v| v as f32 as f64));
+        } else {
+            self.stack.extend_from_slice(&self.y);
+        }
+    }
+    fn restore(&mut self, _at: usize) {
+        let top = self.stack.len() - self.y.len();
+        self.y.copy_from_slice(&self.stack[top..]);
+    }
+    fn discard(&mut self, _at: usize) {
+        self.stack.truncate(self.stack.len() - self.y.len());
+    }
+    fn reverse(&mut self, k: usize) {
+        if k + 2 == self.ts.len() {
+            // the last step: y_final = y_n, one more forward step from y_{n-1}
+            self.y_final.copy_from_slice(&self.y);
+            self.stepper
+                .step(self.ts[k], self.ts[k + 1], &mut self.y_final);
+            self.forward_steps += 1;
+        }
+        self.resolve();
+        if self.error.is_some() {
+            return;
+        }
+        step_vjp(
+            self.field,
+            self.tab,
+            self.ts[k],
+            self.ts[k + 1],
+            &self.y,
+            self.theta,
+            &mut self.lambda,
+            &mut self.g_theta,
+            self.drop_stage,
+        );
+    }
+}
+
+/// The two-level uniform schedule this module used before the binomial one, kept as the
+/// [`Mutation::UniformSegments`] re-creation: `c` checkpoints at the starts of segments of
+/// `L = ceil(n/c)` steps, and in reverse a whole segment's states stored at once (`c + L - 1`
+/// states).
+fn uniform_segments<S: checkpoint::Sweep + ?Sized>(n: usize, c: usize, sweep: &mut S) {
+    let seg = n.div_ceil(c.max(1)).max(1);
+    let nseg = n.div_ceil(seg);
+    for s in 0..nseg {
+        if s > 0 {
+            sweep.advance((s - 1) * seg, s * seg);
+        }
+        sweep.store(s * seg);
+    }
+    for s in (0..nseg).rev() {
+        let (start, end) = (s * seg, ((s + 1) * seg).min(n));
+        sweep.restore(start);
+        for k in start + 1..end {
+            sweep.advance(k - 1, k);
+            sweep.store(k);
+        }
+        for k in (start..end).rev() {
+            sweep.restore(k);
+            sweep.reverse(k);
+            sweep.discard(k);
+        }
+    }
 }
 
 /// One explicit RK step in plain f64, with the arithmetic of [`super::solve`]'s loop.
@@ -581,5 +703,115 @@ fn step_vjp<F: DiffField + ?Sized>(
     *lambda = g.pop().unwrap_or_default();
     for (acc, v) in g_theta.iter_mut().zip(gt) {
         *acc += v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ode::Solver;
+
+    fn rotation_gradient(n: usize, mode: GradMode) -> Gradient {
+        let field = Linear::damped_rotation(0.1, 1.0).unwrap();
+        let ctl = Controller::constant(1.0 / n as f64).unwrap();
+        let opts = SolveOptions::default();
+        let tab = Solver::Tsit5.tableau();
+        gradient(
+            &field,
+            &tab,
+            &ctl,
+            0.0,
+            1.0,
+            &[1.0, 0.5],
+            &[0.3, -0.7],
+            mode,
+            &opts,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn checkpointed_forward_steps_are_one_plus_the_binomial_cost() {
+        for n in 1..=24 {
+            let full = rotation_gradient(n, GradMode::FullTape);
+            assert_eq!(full.ts.len() - 1, n);
+            assert_eq!(full.forward_steps, n, "full tape: one sweep");
+            for c in 1..=n + 1 {
+                let g = rotation_gradient(
+                    n,
+                    GradMode::Checkpointed {
+                        checkpoints: Some(c),
+                    },
+                );
+                // Closed form (Griewank–Walther): F(n, c) = t n - beta(c+1, t-1), plus the
+                // one step from y_{n-1} to y_final.
+                let want = 1 + checkpoint::forward_cost(n, c) as usize;
+                assert_eq!(g.forward_steps, want, "n={n} c={c}");
+                assert_eq!(g.checkpoints, c.min(n));
+                assert_eq!(
+                    (&g.d_y0, &g.d_theta, &g.y_final),
+                    (&full.d_y0, &full.d_theta, &full.y_final)
+                );
+            }
+        }
+        // By hand: n = 10, c = 3 has t = 2 (beta(3,1) = 4 < 10 <= beta(3,2) = 10), so
+        // F = 2*10 - beta(4,1) = 20 - 5 = 15, and 16 steps in all; c = 1 recomputes
+        // 9 + 8 + ... + 0 = 45 steps, 46 in all.
+        let g = |c| {
+            rotation_gradient(
+                10,
+                GradMode::Checkpointed {
+                    checkpoints: Some(c),
+                },
+            )
+        };
+        assert_eq!(g(3).forward_steps, 16);
+        assert_eq!(g(1).forward_steps, 46);
+    }
+
+    #[test]
+    fn memory_mutations_keep_the_gradient_bit_identical() {
+        let field = Linear::damped_rotation(0.1, 1.0).unwrap();
+        let ctl = Controller::constant(1.0 / 30.0).unwrap();
+        let opts = SolveOptions::default();
+        let tab = Solver::Heun.tableau();
+        let mode = GradMode::Checkpointed {
+            checkpoints: Some(4),
+        };
+        let run = |m| {
+            gradient_mutant(
+                &field,
+                &tab,
+                &ctl,
+                0.0,
+                1.0,
+                &[1.0, 0.5],
+                &[0.3, -0.7],
+                mode,
+                &opts,
+                m,
+            )
+            .unwrap()
+        };
+        let good = gradient(
+            &field,
+            &tab,
+            &ctl,
+            0.0,
+            1.0,
+            &[1.0, 0.5],
+            &[0.3, -0.7],
+            mode,
+            &opts,
+        )
+        .unwrap();
+        for m in [Mutation::StoreEveryState, Mutation::UniformSegments] {
+            let bad = run(m);
+            assert_eq!(
+                (&bad.d_y0, &bad.d_theta),
+                (&good.d_y0, &good.d_theta),
+                "{m:?}"
+            );
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! - `controller.rs` — [`Constant`] and [`Pid`] step-size control, initial step;
 //! - `solve.rs` — the stepping loop ([`solve`]);
 //! - `grad.rs` — gradients through a solve, full tape or checkpointed ([`grad::gradient`]);
+//! - `checkpoint.rs` — the binomial (revolve) checkpoint schedule the gradient runs;
 //! - `golden.rs` — golden-v1 replay ([`replay_golden`]);
 //! - `numerics.rs` — `nextafter`, NaN-propagating min/max, RMS norm.
 //!
@@ -46,6 +47,7 @@
 //! - J. R. Dormand, P. J. Prince, "A family of embedded Runge–Kutta formulae", *J. Comput. Appl.
 //!   Math.* 6 (1980).
 
+pub mod checkpoint;
 mod controller;
 pub mod fixtures;
 mod golden;

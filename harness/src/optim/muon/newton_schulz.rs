@@ -10,8 +10,13 @@
 //! ```
 //!
 //! Two forms: [`orthogonalize_composed`] transcribes the formulas with dfdx matmuls; [`NsPlan`] is
-//! the planned form, built once per matrix shape, which reuses its workspace buffers (no
-//! allocation per call after the first) and exploits the symmetry of `A` and `B`: it computes
+//! the planned form, built once per matrix shape, which reuses its workspace buffers and exploits
+//! the symmetry of `A` and `B`. It allocates nothing after its first call: the buffers are sized
+//! once, each product's rows are split across the plan's own parked threads
+//! ([`crate::pool::Pool`], started once; one thread for products below
+//! [`GEMM_PARALLEL_MIN`]), each block a single-threaded gemm call reusing its thread's scratch
+//! ([`crate::backend::gemm_into_pooled`]); the split does not change any element's reduction
+//! order, so results are bit-identical for every thread count. It computes
 //! only their upper triangles (a recursive block product, half the flops of a full product) and
 //! mirrors them, so `A` and `B` are exactly symmetric. Both return the number of iterations run,
 //! the observable behind the "`(k,3)` runs `k` iterations" law.
@@ -24,7 +29,8 @@
 //! - optax 0.2.8 `optax/contrib/_muon.py`; ALGORITHMS.md §3.
 
 use super::coeffs;
-use crate::backend::{device, gemm_into, Array, Mat, Operand, Real};
+use crate::backend::{device, gemm_into_pooled, Array, Mat, Operand, Real, GEMM_PARALLEL_MIN};
+use crate::pool::Pool;
 
 /// Split `[rows, cols]` into `(small side m, large side n, transposed)`.
 pub fn sides(rows: usize, cols: usize) -> (usize, usize, bool) {
@@ -89,6 +95,16 @@ pub fn transpose<A: Copy>(x: &[A], r: usize, c: usize) -> Vec<A> {
 /// (258 ms vs 271 ms with 128-row blocks).
 pub const SYM_BLOCK: usize = 512;
 
+/// Threads for an `m x n` plan (small side `m`): the machine's parallelism when its products
+/// (`m x m x n` multiply-adds) reach [`GEMM_PARALLEL_MIN`], else 1 (no thread started).
+fn default_threads(m: usize, n: usize) -> usize {
+    if m.saturating_mul(m).saturating_mul(n) >= GEMM_PARALLEL_MIN {
+        std::thread::available_parallelism().map_or(1, |t| t.get())
+    } else {
+        1
+    }
+}
+
 /// The planned form: workspace for one matrix shape.
 pub struct NsPlan<A> {
     rows: usize,
@@ -108,6 +124,11 @@ pub struct NsPlan<A> {
     b: Vec<A>,
     /// Diagonal block size of the symmetric products.
     block: usize,
+    /// Threads the products' rows are split across (one part per thread, the caller's
+    /// included); started once, here.
+    pool: Pool,
+    /// Mutation: reallocate every buffer at each call (what a plan-less form does).
+    fresh_workspace: bool,
 }
 
 impl<A: Real> NsPlan<A> {
@@ -127,7 +148,30 @@ impl<A: Real> NsPlan<A> {
             ca: vec![z; m * m],
             b: vec![z; m * m],
             block: SYM_BLOCK,
+            pool: Pool::new(default_threads(m, n)),
+            fresh_workspace: false,
         }
+    }
+
+    /// Split the products across `threads` threads (at least 1; the default is the machine's
+    /// parallelism for matrices whose products reach [`GEMM_PARALLEL_MIN`] multiply-adds, else
+    /// 1). The result is bit-identical for every thread count.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.pool = Pool::new(threads);
+        self
+    }
+
+    /// Threads the products are split across.
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// Mutation for the memory law: every call allocates a fresh workspace, as a form without a
+    /// plan would.
+    #[doc(hidden)]
+    pub fn with_fresh_workspace_per_call(mut self) -> Self {
+        self.fresh_workspace = true;
+        self
     }
 
     /// Use diagonal blocks of `block` rows (at least 1) in the symmetric products (tests use
@@ -151,6 +195,11 @@ impl<A: Real> NsPlan<A> {
         out: &mut [A],
     ) -> usize {
         let (m, n) = (self.m, self.n);
+        if self.fresh_workspace {
+            let z = A::default();
+            (self.x, self.y) = (vec![z; m * n], vec![z; m * n]);
+            (self.a, self.ca, self.b) = (vec![z; m * m], vec![z; m * m], vec![z; m * m]);
+        }
         assert_eq!(input.len(), m * n, "NsPlan::run: input length");
         assert_eq!(out.len(), m * n, "NsPlan::run: output length");
         if self.transposed {
@@ -169,17 +218,34 @@ impl<A: Real> NsPlan<A> {
         for i in 0..iters {
             let [a, b, c] = coeffs::row(coeffs, i).map(A::of_f64);
             // A = X X^T (upper triangle, mirrored)
-            sym_product(&mut self.a, &self.x, &self.x, m, n, self.block);
+            sym_product(
+                &mut self.pool,
+                &mut self.a,
+                &self.x,
+                &self.x,
+                m,
+                n,
+                self.block,
+            );
             // B = b A + (c A) A
             for (ca, &av) in self.ca.iter_mut().zip(&self.a) {
                 *ca = av * c;
             }
-            sym_product(&mut self.b, &self.ca, &self.a, m, m, self.block);
+            sym_product(
+                &mut self.pool,
+                &mut self.b,
+                &self.ca,
+                &self.a,
+                m,
+                m,
+                self.block,
+            );
             for (bv, &av) in self.b.iter_mut().zip(&self.a) {
                 *bv = av * b + *bv;
             }
             // X <- a X + B X
-            gemm_into(
+            gemm_into_pooled(
+                &mut self.pool,
                 m,
                 n,
                 m,
@@ -219,8 +285,16 @@ impl<A: Real> NsPlan<A> {
 /// `dst (m x m) = L R^T` for row-major `L, R` of shape `m x k`, when the product is known to be
 /// symmetric (`X X^T`, or `(cA) A` with `A` symmetric): only the upper triangle is computed, by
 /// recursive halving (off-diagonal blocks are one GEMM each), then mirrored.
-fn sym_product<A: Real>(dst: &mut [A], l: &[A], r: &[A], m: usize, k: usize, bs: usize) {
-    upper(dst, l, r, m, k, 0, m, bs);
+fn sym_product<A: Real>(
+    pool: &mut Pool,
+    dst: &mut [A],
+    l: &[A],
+    r: &[A],
+    m: usize,
+    k: usize,
+    bs: usize,
+) {
+    upper(pool, dst, l, r, m, k, 0, m, bs);
     // mirror in 32x32 tiles: a row-by-row mirror reads a column per row, one cache line per element
     const TILE: usize = 32;
     for ib in (0..m).step_by(TILE) {
@@ -236,6 +310,7 @@ fn sym_product<A: Real>(dst: &mut [A], l: &[A], r: &[A], m: usize, k: usize, bs:
 
 #[allow(clippy::too_many_arguments)]
 fn upper<A: Real>(
+    pool: &mut Pool,
     dst: &mut [A],
     l: &[A],
     r: &[A],
@@ -246,18 +321,19 @@ fn upper<A: Real>(
     bs: usize,
 ) {
     if hi - lo <= bs {
-        block(dst, l, r, m, k, lo, hi, lo, hi);
+        block(pool, dst, l, r, m, k, lo, hi, lo, hi);
         return;
     }
     let mid = lo + (hi - lo) / 2;
-    upper(dst, l, r, m, k, lo, mid, bs);
-    upper(dst, l, r, m, k, mid, hi, bs);
-    block(dst, l, r, m, k, lo, mid, mid, hi);
+    upper(pool, dst, l, r, m, k, lo, mid, bs);
+    upper(pool, dst, l, r, m, k, mid, hi, bs);
+    block(pool, dst, l, r, m, k, lo, mid, mid, hi);
 }
 
 /// `dst[r0..r1, c0..c1] = L[r0..r1] R[c0..c1]^T`
 #[allow(clippy::too_many_arguments)]
 fn block<A: Real>(
+    pool: &mut Pool,
     dst: &mut [A],
     l: &[A],
     r: &[A],
@@ -268,7 +344,8 @@ fn block<A: Real>(
     c0: usize,
     c1: usize,
 ) {
-    gemm_into(
+    gemm_into_pooled(
+        pool,
         r1 - r0,
         c1 - c0,
         k,
@@ -317,6 +394,27 @@ mod tests {
             assert_eq!(plan.run(x.data(), &c, 5, 1e-8, &mut out), k);
             for (p, q) in out.iter().zip(want.data()) {
                 assert!((p - q).abs() < 1e-12, "{r}x{cl}: {p} vs {q}");
+            }
+        }
+    }
+
+    #[test]
+    fn planned_result_is_bit_identical_for_every_thread_count() {
+        let c = coeffs::build(&coeffs::CoeffSpec::default(), 5).unwrap();
+        // products of 256^2*300 and 300^2*700 multiply-adds: above GEMM_PARALLEL_MIN, so split
+        for (r, cl) in [(256, 300), (700, 300)] {
+            let x: Vec<f32> = gauss(r * cl, 3).iter().map(|&v| v as f32).collect();
+            let run = |threads| {
+                let mut plan = NsPlan::<f32>::new(r, cl)
+                    .with_sym_block(128)
+                    .with_threads(threads);
+                let mut out = vec![0.0f32; r * cl];
+                plan.run(&x, &c, 5, 1e-8, &mut out);
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let one = run(1);
+            for threads in 2..=4 {
+                assert_eq!(run(threads), one, "{r}x{cl} on {threads} threads");
             }
         }
     }

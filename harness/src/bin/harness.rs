@@ -32,6 +32,13 @@ enum Cmd {
         seed: Option<u64>,
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Also run the mutants, the golden cases and the memory, trace and init-peak
+        /// measurements, and write check.json, summary.md and SVG plots into DIR.
+        #[arg(long, value_name = "DIR")]
+        report: Option<PathBuf>,
+        /// Golden cases replayed by --report.
+        #[arg(long, value_name = "DIR", default_value = harness::report::full::DEFAULT_GOLDEN, requires = "report")]
+        golden: PathBuf,
     },
     /// Replay golden-v1 cases (files, or directories searched recursively for *.json).
     Golden {
@@ -101,6 +108,16 @@ fn main() -> ExitCode {
             cases,
             seed,
             json,
+            report: Some(dir),
+            golden,
+        } => check_report(law, cases, seed, json, &dir, golden),
+        Cmd::Check {
+            law,
+            cases,
+            seed,
+            json,
+            report: None,
+            ..
         } => check(law, cases, seed, json),
         Cmd::Golden { paths, json } => golden(paths, json),
         Cmd::Mutants { only, json } => mutants(only, json),
@@ -171,21 +188,25 @@ fn golden(paths: Vec<PathBuf>, json: Option<PathBuf>) -> Outcome {
     Ok(failed == 0 && !cases.is_empty())
 }
 
-fn check(
-    law: Option<String>,
-    cases: Option<u32>,
-    seed: Option<u64>,
-    json: Option<PathBuf>,
-) -> Outcome {
-    let reports = harness::laws::run_all(law.as_deref(), cases, seed);
-    if reports.is_empty() {
-        return Err(Usage(format!(
-            "--law {:?}: no law matches",
-            law.unwrap_or_default()
-        )));
+/// A progress bar on stderr when stderr is a terminal, hidden otherwise. It redraws only when
+/// advanced (no ticker thread allocating while memory is measured).
+fn progress() -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
     }
+    let bar = indicatif::ProgressBar::new(0);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed}] {wide_msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn law_table(reports: &[harness::laws::LawReport]) {
     let mut t = Table::new(&["law", "family", "cases", "result", "seconds"]);
-    for r in &reports {
+    for r in reports {
         t.row(vec![
             r.name.clone(),
             r.family.to_string(),
@@ -202,6 +223,72 @@ fn check(
             r.counterexample.as_deref().unwrap_or("")
         );
     }
+}
+
+fn check_report(
+    law: Option<String>,
+    cases: Option<u32>,
+    seed: Option<u64>,
+    json: Option<PathBuf>,
+    dir: &std::path::Path,
+    golden: PathBuf,
+) -> Outcome {
+    use harness::report::full::{collect, write, ReportConfig};
+    if let Some(p) = &law {
+        if !harness::laws::registry()
+            .iter()
+            .any(|l| l.name.contains(p.as_str()))
+        {
+            return Err(Usage(format!("--law {p:?}: no law matches")));
+        }
+    }
+    if !golden.is_dir() {
+        return Err(Usage(format!(
+            "--golden {}: not a directory",
+            golden.display()
+        )));
+    }
+    let cfg = ReportConfig {
+        law,
+        cases,
+        seed,
+        golden: Some(golden),
+        ..ReportConfig::full()
+    };
+    let report = collect(&cfg, &progress());
+    law_table(&report.laws);
+    let failed = report.laws.iter().filter(|r| !r.passed).count();
+    println!("{} passed, {} failed", report.laws.len() - failed, failed);
+    let missed = report.mutants.iter().filter(|m| !m.caught).count();
+    let gfail = report.golden.iter().filter(|g| !g.result.passed).count();
+    println!(
+        "mutants: {} caught, {missed} missed; golden: {} passed, {gfail} failed",
+        report.mutants.len() - missed,
+        report.golden.len() - gfail
+    );
+    for e in &report.errors {
+        println!("error: {e}");
+    }
+    let files = write(dir, &report).map_err(Usage)?;
+    println!("report: {} files in {}", files.len(), dir.display());
+    save(json, &serde_json::json!({ "laws": report.laws }))?;
+    Ok(report.all_held())
+}
+
+fn check(
+    law: Option<String>,
+    cases: Option<u32>,
+    seed: Option<u64>,
+    json: Option<PathBuf>,
+) -> Outcome {
+    let reports = harness::laws::run_all(law.as_deref(), cases, seed);
+    if reports.is_empty() {
+        return Err(Usage(format!(
+            "--law {:?}: no law matches",
+            law.unwrap_or_default()
+        )));
+    }
+    law_table(&reports);
     let failed = reports.iter().filter(|r| !r.passed).count();
     println!("{} passed, {} failed", reports.len() - failed, failed);
     save(json, &serde_json::json!({ "laws": reports }))?;

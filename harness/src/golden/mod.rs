@@ -8,7 +8,7 @@ mod format;
 mod linesearch;
 mod optimizer;
 
-pub use compare::Comparator;
+pub use compare::{error_over_tolerance, Comparator};
 pub use format::{parse_tensor, parse_tree, Case};
 
 use crate::{Error, Result};
@@ -23,6 +23,10 @@ pub struct CaseResult {
     pub max_abs_err: f64,
     pub max_rel_err: f64,
     pub detail: String,
+    /// Every compared number's `|got - want| / (atol + rtol*|want|)` (not serialised: the
+    /// report plots their distribution).
+    #[serde(skip)]
+    pub error_ratios: Vec<f64>,
 }
 
 /// Files named by `paths`: files as given, directories searched recursively for `*.json`
@@ -91,6 +95,7 @@ pub fn replay(case: &Case) -> Result<CaseResult> {
                     f.max_rel_err,
                     f.first_mismatch.clone(),
                 );
+                cmp.extend_ratios(&f.error_ratios);
             }
         }),
         "linesearch" => linesearch::replay(case, &mut cmp),
@@ -114,6 +119,7 @@ pub fn replay(case: &Case) -> Result<CaseResult> {
         passed: cmp.passed(),
         max_abs_err: cmp.max_abs_err(),
         max_rel_err: cmp.max_rel_err(),
+        error_ratios: cmp.error_ratios().to_vec(),
         detail,
     })
 }

@@ -1,5 +1,9 @@
 //! Human tables on stdout and the JSON files of CLI.md.
 
+#[cfg(feature = "mutants")]
+pub mod full;
+#[cfg(feature = "mutants")]
+pub mod probes;
 pub mod svg;
 
 use std::io::Write;

@@ -22,12 +22,25 @@ use crate::{Error, Result};
 use rayon::prelude::*;
 use std::time::Instant;
 
-/// One reported figure.
+/// One reported figure (`name`, `value`, `unit` as CLI.md; `bench all` adds the rest).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Figure {
     pub name: String,
     pub value: f64,
     pub unit: String,
+    /// The area that produced it (`bench all` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub area: Option<String>,
+    /// The physical limit this figure is compared with, in `unit` (`bench all` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<f64>,
+    /// Fraction of the limit reached: `value / limit` for rates, `limit / value` for times
+    /// (1 = at the limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    /// Where the limit comes from, or why there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_source: Option<String>,
 }
 
 fn fig(name: &str, value: f64, unit: &str) -> Figure {
@@ -35,6 +48,10 @@ fn fig(name: &str, value: f64, unit: &str) -> Figure {
         name: name.into(),
         value,
         unit: unit.into(),
+        area: None,
+        limit: None,
+        ratio: None,
+        limit_source: None,
     }
 }
 
@@ -58,13 +75,141 @@ pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
         "ode" => ode(quick),
         "muon" => muon(quick),
         "stack" => stack(quick),
-        "all" => Ok([optim(quick)?, muon(quick)?, ode(quick)?, stack(quick)?].concat()),
+        "all" => all(quick, |_| {}).map(|a| a.figures),
         "cnf" => Err(Error::NotImplemented(format!("bench area `{area}`"))),
         other => Err(Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
             expected: "one of optim, muon, ode, cnf, stack, all".into(),
         }),
+    }
+}
+
+/// The areas `all` runs, in order (`optim` first: its copy bandwidth is the others' limit).
+pub const AREAS: [&str; 5] = ["optim", "muon", "ode", "cnf", "stack"];
+
+/// What `bench all` measured: every figure with its limit, and the areas it skipped.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AllBench {
+    pub figures: Vec<Figure>,
+    /// One line per area that is not implemented in this build.
+    pub skipped: Vec<String>,
+}
+
+/// Run every area (`on_area(name)` before each); an area that is not implemented is skipped
+/// with a note, any other error fails the run. Then compare each figure with the physical limit
+/// measured in the same run ([`attach_limits`]).
+pub fn all(quick: bool, mut on_area: impl FnMut(&str)) -> Result<AllBench> {
+    let mut figures = Vec::new();
+    let mut skipped = Vec::new();
+    for area in AREAS {
+        on_area(area);
+        match run(area, quick) {
+            Ok(f) => figures.extend(f.into_iter().map(|mut f| {
+                f.area = Some(area.to_string());
+                f
+            })),
+            Err(Error::NotImplemented(what)) => skipped.push(format!(
+                "{area}: skipped ({what} is not implemented in this build)"
+            )),
+            Err(e) => return Err(e),
+        }
+    }
+    attach_limits(&mut figures);
+    Ok(AllBench { figures, skipped })
+}
+
+/// Newton–Schulz flops counted for the `ns5_1024_ms` limit: 5 iterations of the plain
+/// algorithm, 3 `n x n x n` products each (`A = X X^T`, `A A`, `B X`), `2 n^3` flops per product.
+pub fn ns5_flops(n: usize) -> f64 {
+    5.0 * 3.0 * 2.0 * (n as f64).powi(3)
+}
+
+/// Give each figure its limit from the figures measured in the same run: copy bandwidth for the
+/// optimizer and init rates, the GEMM rate for Newton–Schulz, a streaming bound for the line
+/// search; figures that are limits, ratios or counts say so.
+pub fn attach_limits(figures: &mut [Figure]) {
+    let get = |name: &str| figures.iter().find(|f| f.name == name).map(|f| f.value);
+    let copy = get("copy_bandwidth_gbps");
+    let gemm = get("gemm_1024_gflops");
+    let ls_evals = get("linesearch_rosenbrock_65536_evals");
+    let ode_steps = get("ode_lv_tsit5_1e-8_steps");
+    let rate = |f: &mut Figure, limit: Option<f64>, source: &str| {
+        if let Some(l) = limit.filter(|l| *l > 0.0) {
+            f.limit = Some(l);
+            f.ratio = Some(f.value / l);
+        }
+        f.limit_source = Some(source.into());
+    };
+    let time = |f: &mut Figure, ideal: Option<f64>, source: String| {
+        if let Some(l) = ideal.filter(|l| *l > 0.0) {
+            f.limit = Some(l);
+            f.ratio = Some(l / f.value);
+        }
+        f.limit_source = Some(source);
+    };
+    for f in figures.iter_mut() {
+        match f.name.as_str() {
+            "copy_bandwidth_gbps" => {
+                f.limit_source = Some("is the limit: read+write of a 256 MiB copy".into())
+            }
+            "gemm_1024_gflops" => {
+                f.limit_source = Some("is the limit: one 1024^3 f32 gemm, 2n^3 flops".into())
+            }
+            "adam_fused_16m_gbps" | "radam_fused_16m_gbps" => rate(
+                f,
+                copy,
+                "copy bandwidth (28 B/param: read g,p,m,v; write p,m,v)",
+            ),
+            "init_chunked_gbps" | "fresh_write_gbps" => {
+                rate(f, copy, "copy bandwidth (bytes written count once)")
+            }
+            "ns5_1024_ms" => time(
+                f,
+                gemm.map(|g| ns5_flops(MUON_N) / (g * 1e9) * 1e3),
+                format!(
+                    "gemm rate: {:.3e} flops (5 x 3 products of 2n^3) / gemm_1024_gflops",
+                    ns5_flops(MUON_N)
+                ),
+            ),
+            "linesearch_rosenbrock_65536_ms" => time(
+                f,
+                copy.zip(ls_evals)
+                    .map(|(c, e)| (LINESEARCH_DIM * 8) as f64 * (e + 1.0) / (c * 1e9) * 1e3),
+                "copy bandwidth: write and read one f32 point (8 B/param) per evaluation, \
+                 evaluations + 1"
+                    .into(),
+            ),
+            "ns5_1024_15_gemms_ms" => {
+                f.limit_source =
+                    Some("is the ns5_1024_ms limit (15 gemms at the measured rate)".into())
+            }
+            "init_chunked_16x1024x4096_ms" => time(
+                f,
+                copy.map(|c| {
+                    let bytes = stack_bench_config().map_or(0, |c| c.final_bytes());
+                    bytes as f64 / (c * 1e9) * 1e3
+                }),
+                "copy bandwidth: the f16 model's bytes written once".into(),
+            ),
+            "radam_allocs_per_step" => f.limit_source = Some("ideal: 0".into()),
+            "ode_lv_tsit5_1e-8_us" => {
+                let per_step = ode_steps.map_or(String::new(), |n| {
+                    format!(" ({:.0} ns per step)", f.value * 1e3 / n)
+                });
+                f.limit_source = Some(format!(
+                    "n/a: no measured machine limit fits a 2-D scalar solve{per_step}"
+                ))
+            }
+            "counter_rng_gelems" => {
+                f.limit_source = Some("n/a: the generator's own rate (bounds init compute)".into())
+            }
+            _ if f.unit == "ratio" => f.limit_source = Some("a ratio figure".into()),
+            _ if matches!(f.unit.as_str(), "steps" | "evaluations") => {
+                f.limit_source = Some("a count".into())
+            }
+            _ => f.limit_source = Some("n/a".into()),
+        }
     }
 }
 
@@ -284,4 +429,45 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
         fig("init_chunked_16x1024x4096_ms", init_s * 1e3, "ms"),
         fig("counter_rng_gelems", rng_rate, "Gelem/s"),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_come_from_figures_of_the_same_run() {
+        let mut f = vec![
+            fig("copy_bandwidth_gbps", 20.0, "GB/s"),
+            fig("adam_fused_16m_gbps", 10.0, "GB/s"),
+            fig("gemm_1024_gflops", 50.0, "GFLOP/s"),
+            fig("ns5_1024_ms", 1000.0, "ms"),
+            fig("ode_lv_tsit5_1e-8_us", 20.0, "us"),
+            fig("ode_lv_tsit5_1e-8_steps", 200.0, "steps"),
+        ];
+        attach_limits(&mut f);
+        // a rate: value / copy bandwidth
+        assert_eq!((f[1].limit, f[1].ratio), (Some(20.0), Some(0.5)));
+        // a time: 30 n^3 flops at 50 GFLOP/s = 644.25 ms ideal, over 1000 ms measured
+        let ideal = 30.0 * 1024f64.powi(3) / 50e9 * 1e3;
+        assert_eq!(f[3].limit, Some(ideal));
+        assert_eq!(f[3].ratio, Some(ideal / 1000.0));
+        // no limit: none invented, the reason given
+        assert_eq!((f[4].limit, f[4].ratio), (None, None));
+        assert!(f[4]
+            .limit_source
+            .as_deref()
+            .unwrap()
+            .contains("100 ns per step"));
+        assert!(f.iter().all(|x| x.limit_source.is_some()));
+    }
+
+    #[test]
+    fn plain_figures_keep_the_cli_shape() {
+        let v = serde_json::to_value(fig("x", 1.0, "ms")).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"name": "x", "value": 1.0, "unit": "ms"})
+        );
+    }
 }

@@ -326,6 +326,9 @@ fn mutants(only: Option<String>, json: Option<PathBuf>) -> Outcome {
 }
 
 fn bench(area: &str, quick: bool, json: Option<PathBuf>) -> Outcome {
+    if area == "all" {
+        return bench_all(quick, json);
+    }
     let figures = harness::bench::run(area, quick).map_err(|e| Usage(e.to_string()))?;
     let mut t = Table::new(&["figure", "value", "unit"]);
     for f in &figures {
@@ -333,6 +336,54 @@ fn bench(area: &str, quick: bool, json: Option<PathBuf>) -> Outcome {
     }
     print!("{}", t.render());
     save(json, &serde_json::json!({"area": area, "figures": figures}))?;
+    Ok(true)
+}
+
+/// Every area in one table, each figure against the limit measured in the same run.
+fn bench_all(quick: bool, json: Option<PathBuf>) -> Outcome {
+    let bar = progress();
+    bar.set_length(harness::bench::AREAS.len() as u64);
+    let mut started = false;
+    let all = harness::bench::all(quick, |area| {
+        if started {
+            bar.inc(1);
+        }
+        started = true;
+        bar.set_message(format!("bench {area}"));
+    });
+    bar.finish_and_clear();
+    let all = all.map_err(|e| Usage(e.to_string()))?;
+    let mut t = Table::new(&[
+        "area",
+        "figure",
+        "value",
+        "unit",
+        "limit",
+        "ratio",
+        "limit from",
+    ]);
+    for f in &all.figures {
+        t.row(vec![
+            f.area.clone().unwrap_or_default(),
+            f.name.clone(),
+            num(f.value),
+            f.unit.clone(),
+            f.limit.map(num).unwrap_or_else(|| "-".into()),
+            f.ratio
+                .map(|r| format!("{r:.3}"))
+                .unwrap_or_else(|| "-".into()),
+            f.limit_source.clone().unwrap_or_default(),
+        ]);
+    }
+    print!("{}", t.render());
+    println!("ratio: fraction of the limit reached (rate / limit, or ideal time / time)");
+    for s in &all.skipped {
+        println!("note: {s}");
+    }
+    save(
+        json,
+        &serde_json::json!({"area": "all", "figures": all.figures, "skipped": all.skipped}),
+    )?;
     Ok(true)
 }
 

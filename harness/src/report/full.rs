@@ -211,7 +211,10 @@ pub fn collect(cfg: &ReportConfig, bar: &ProgressBar) -> Report {
     }
     let mut hist: Vec<(String, Vec<usize>)> = Vec::new();
     for f in &golden_files {
-        bar.set_message(format!("golden {}", f.display()));
+        let short = f.file_name().map_or(f.display().to_string(), |n| {
+            n.to_string_lossy().into_owned()
+        });
+        bar.set_message(format!("golden {short}"));
         match crate::golden::load(f).and_then(|c| crate::golden::replay(&c)) {
             Ok(r) => {
                 let pos = match hist.iter().position(|(k, _)| *k == r.kind) {

@@ -43,7 +43,8 @@ fn label(x: f64) -> String {
     if x == x.round() && x.abs() < 1e7 {
         format!("{x:.0}")
     } else {
-        format!("{x:.2}")
+        let s = format!("{x:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
     }
 }
 

@@ -241,41 +241,40 @@ pub fn bar_chart(
         .filter(|v| v.is_finite());
     let mut o = String::new();
     svg_open(&mut o, w, h, title, left + pw / 2.0);
-    // value axis: map a value to a y pixel, and the ticks to draw
-    let (sy, ticks): (Box<dyn Fn(f64) -> f64>, Vec<(f64, String)>) = match scale {
-        Scale::Linear => {
-            let hi = vals.fold(0f64, f64::max);
-            let step = tick_step(hi, 5.0);
-            let hi = if hi <= 0.0 {
-                1.0
-            } else {
-                (hi / step).ceil() * step
-            };
-            let ticks = (0..)
-                .map(|i| i as f64 * step)
-                .take_while(|&y| y <= hi + step * 1e-9)
-                .map(|y| (y, label(y)))
-                .collect();
-            (Box::new(move |y: f64| top + ph - y / hi * ph), ticks)
-        }
-        Scale::Log => {
-            let pos: Vec<f64> = vals.filter(|&v| v > 0.0).collect();
-            let lo = pos.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = pos.iter().copied().fold(0f64, f64::max);
-            let (d0, d1) = if pos.is_empty() {
-                (0.0, 1.0)
-            } else {
-                let d0 = lo.log10().floor();
-                (d0, hi.log10().ceil().max(d0 + 1.0))
-            };
-            let ticks = (d0 as i32..=d1 as i32)
-                .map(|d| (10f64.powi(d), sci(10f64.powi(d))))
-                .collect();
-            (
-                Box::new(move |y: f64| top + ph - (y.log10() - d0) / (d1 - d0) * ph),
-                ticks,
-            )
-        }
+    // value axis: a value's position t (the value, or its log10) in [t0, t1], and the ticks
+    let log = scale == Scale::Log;
+    let (t0, t1, ticks): (f64, f64, Vec<(f64, String)>) = if log {
+        let pos: Vec<f64> = vals.filter(|&v| v > 0.0).collect();
+        let lo = pos.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = pos.iter().copied().fold(0f64, f64::max);
+        let (d0, d1) = if pos.is_empty() {
+            (0.0, 1.0)
+        } else {
+            let d0 = lo.log10().floor();
+            (d0, hi.log10().ceil().max(d0 + 1.0))
+        };
+        let ticks = (d0 as i32..=d1 as i32)
+            .map(|d| (10f64.powi(d), sci(10f64.powi(d))))
+            .collect();
+        (d0, d1, ticks)
+    } else {
+        let hi = vals.fold(0f64, f64::max);
+        let step = tick_step(hi, 5.0);
+        let hi = if hi <= 0.0 {
+            1.0
+        } else {
+            (hi / step).ceil() * step
+        };
+        let ticks = (0..)
+            .map(|i| i as f64 * step)
+            .take_while(|&y| y <= hi + step * 1e-9)
+            .map(|y| (y, label(y)))
+            .collect();
+        (0.0, hi, ticks)
+    };
+    let sy = |v: f64| {
+        let t = if log { v.log10() } else { v };
+        top + ph - (t - t0) / (t1 - t0) * ph
     };
     for (y, text) in &ticks {
         let py = sy(*y);

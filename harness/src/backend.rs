@@ -701,3 +701,145 @@ pub fn taped_vjp(
         })
         .collect()
 }
+
+// ---------------------------------------------------------------------------------------------
+// Taped matrices for the CNF field (see `crate::cnf::taped`): the same quirks as [`Taped`],
+// plus a [`Graph`] that parks the tapes of shared intermediate values so that each operation
+// enters the final graph exactly once.
+
+/// A 2-D f64 dfdx tensor `(rows, cols)` recording on an owned tape.
+pub type Taped2 = Tensor<(usize, usize), f64, Cpu, Tape64>;
+
+/// Collects the tapes of values used more than once (see [`Graph::share`]).
+#[derive(Default)]
+pub struct Graph {
+    parked: Vec<Tape64>,
+}
+
+impl Graph {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Make `t` shareable: its producing operations are parked here and the returned value (same
+    /// id, empty tape) can be used any number of times through [`reuse`] / [`reuse2`].
+    pub fn share<S: dfdx::shapes::Shape>(
+        &mut self,
+        t: Tensor<S, f64, Cpu, Tape64>,
+    ) -> Tensor<S, f64, Cpu, Tape64> {
+        use dfdx::prelude::{PutTape, SplitTape};
+        let (v, tape) = t.split_tape();
+        self.parked.push(tape);
+        v.put_tape(Tape64::default())
+    }
+    /// Merge every parked tape into `out`'s (call once, on the value the caller returns).
+    pub fn finish<S: dfdx::shapes::Shape>(
+        self,
+        out: Tensor<S, f64, Cpu, Tape64>,
+    ) -> Tensor<S, f64, Cpu, Tape64> {
+        use dfdx::prelude::{Merge, PutTape, SplitTape};
+        let (v, mut tape) = out.split_tape();
+        for p in self.parked {
+            tape = tape.merge(p);
+        }
+        v.put_tape(tape)
+    }
+}
+
+/// A second use of a shared matrix (same id, empty tape).
+pub fn reuse2(t: &Taped2) -> Taped2 {
+    use dfdx::prelude::WithEmptyTape;
+    t.with_empty_tape()
+}
+
+/// `t[start .. start + len]` (gradients flow back into the slice).
+///
+/// dfdx 0.13 quirk: `slice`'s backward *assigns* its gradient into the input's slot instead of
+/// adding to it, so a tensor sliced and also used elsewhere (the state `y` of a step, a
+/// parameter vector read by every stage) silently loses every other contribution. A gather
+/// accumulates, so ranges are gathers.
+pub fn taped_range(t: Taped, start: usize, len: usize) -> Taped {
+    let idx: Vec<usize> = (start..start + len).collect();
+    taped_gather(t, &idx)
+}
+
+/// A flat taped vector viewed as a row-major `rows x cols` matrix (no copy, same gradient slot).
+pub fn taped_as_matrix(t: Taped, rows: usize, cols: usize) -> Taped2 {
+    use dfdx::prelude::ReshapeTo;
+    t.reshape_like(&(rows, cols))
+}
+
+/// A matrix flattened row-major.
+pub fn taped_flatten(m: Taped2) -> Taped {
+    use dfdx::prelude::{HasShape, ReshapeTo};
+    let (r, c) = *m.shape();
+    m.reshape_like(&(r * c,))
+}
+
+/// A constant matrix (a fresh leaf whose gradient nobody reads) on an empty tape.
+pub fn taped_const2(dev: &Cpu, rows: usize, cols: usize, data: Vec<f64>) -> Taped2 {
+    use dfdx::prelude::PutTape;
+    let t: Flat2<f64> = dev.tensor((data, (rows, cols)));
+    t.put_tape(Tape64::default())
+}
+
+/// A constant vector (a fresh leaf whose gradient nobody reads) on an empty tape.
+pub fn taped_const(dev: &Cpu, data: Vec<f64>) -> Taped {
+    use dfdx::prelude::PutTape;
+    let n = data.len();
+    let t: Flat<f64> = dev.tensor((data, (n,)));
+    t.put_tape(Tape64::default())
+}
+
+/// `h w^T` for `h: (n, in)` and `w: (out, in)` (a Linear layer's weight as stored).
+pub fn taped_matmul_t(h: Taped2, w: Taped2) -> Taped2 {
+    use dfdx::prelude::{PermuteTo, TryMatMul};
+    h.matmul(w.permute::<(usize, usize), dfdx::shapes::Axes2<1, 0>>())
+}
+
+/// `m + v` with `v: (cols,)` added to every row.
+pub fn taped_add_row(m: Taped2, v: Taped) -> Taped2 {
+    use dfdx::prelude::{Axis, BroadcastTo, HasShape};
+    let s = *m.shape();
+    m + v.broadcast_like::<(usize, usize), Axis<0>>(&s)
+}
+
+/// `m * v` with `v: (cols,)` multiplying every row.
+pub fn taped_mul_row(m: Taped2, v: Taped) -> Taped2 {
+    use dfdx::prelude::{Axis, BroadcastTo, HasShape};
+    let s = *m.shape();
+    m * v.broadcast_like::<(usize, usize), Axis<0>>(&s)
+}
+
+/// Row sums of `m * c` for a constant matrix `c` of the same shape: `out_i = sum_j m_ij c_ij`.
+pub fn taped_row_dot_const(m: Taped2, c: Vec<f64>) -> Taped {
+    use dfdx::prelude::{Axis, HasShape, SumTo};
+    let (r, cols) = *m.shape();
+    let k: Flat2<f64> = m.device().tensor((c, (r, cols)));
+    (m * k).sum::<(usize,), Axis<1>>()
+}
+
+/// `tanh` element-wise.
+pub fn taped_tanh(m: Taped2) -> Taped2 {
+    m.tanh()
+}
+
+/// `1 - m^2` element-wise (the derivative of `tanh` written in terms of its output).
+pub fn taped_one_minus_sq(m: Taped2) -> Taped2 {
+    -(m.square()) + 1.0
+}
+
+/// `sigmoid` element-wise.
+pub fn taped_sigmoid(v: Taped) -> Taped {
+    v.sigmoid()
+}
+
+/// `v * s` for a constant scalar `s`.
+pub fn taped_scale(v: Taped, s: f64) -> Taped {
+    v * s
+}
+
+/// `[a, b]` (concatenation of flat vectors).
+pub fn taped_concat(a: Taped, b: Taped) -> Taped {
+    use dfdx::prelude::{Axis, TryConcatAlong};
+    (a, b).concat_along(Axis::<0>)
+}

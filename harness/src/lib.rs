@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod cnf;
 pub mod error;
 pub mod golden;
 pub mod laws;

@@ -86,12 +86,32 @@ enum Cmd {
     TrainCnf {
         #[arg(long, default_value_t = 100)]
         steps: usize,
+        /// two-moons, checkerboard, or a greyscale .pgm image
         #[arg(long, default_value = "two-moons")]
         data: String,
+        /// Plot of the learned density (with data points) beside the loss curve.
         #[arg(long)]
         svg: Option<PathBuf>,
         #[arg(long)]
         json: Option<PathBuf>,
+        #[arg(long, default_value_t = 64)]
+        width: usize,
+        #[arg(long, default_value_t = 3)]
+        depth: usize,
+        #[arg(long, default_value_t = 2)]
+        blocks: usize,
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        #[arg(long, default_value_t = 1e-3)]
+        lr: f64,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Hutchinson trace with Gaussian probes instead of the exact trace.
+        #[arg(long)]
+        hutchinson: bool,
+        /// Checkpointed gradients (diffrax's default budget) instead of the full tape.
+        #[arg(long)]
+        checkpoint: bool,
     },
 }
 
@@ -131,9 +151,33 @@ fn main() -> ExitCode {
             svg,
             json,
         } => init_peaks(layers, width, hidden, &dtype, seed, svg, json),
-        Cmd::TrainCnf { .. } => Err(Usage(
-            "train-cnf: not implemented in this build (issue 6)".into(),
-        )),
+        Cmd::TrainCnf {
+            steps,
+            data,
+            svg,
+            json,
+            width,
+            depth,
+            blocks,
+            batch,
+            lr,
+            seed,
+            hutchinson,
+            checkpoint,
+        } => train_cnf(TrainArgs {
+            steps,
+            data,
+            svg,
+            json,
+            width,
+            depth,
+            blocks,
+            batch,
+            lr,
+            seed,
+            hutchinson,
+            checkpoint,
+        }),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -506,4 +550,135 @@ fn init_peaks(
         }),
     )?;
     Ok(identical && rows.iter().all(|r| r.within_bound))
+}
+
+struct TrainArgs {
+    steps: usize,
+    data: String,
+    svg: Option<PathBuf>,
+    json: Option<PathBuf>,
+    width: usize,
+    depth: usize,
+    blocks: usize,
+    batch: usize,
+    lr: f64,
+    seed: u64,
+    hutchinson: bool,
+    checkpoint: bool,
+}
+
+fn train_cnf(a: TrainArgs) -> Outcome {
+    use harness::cnf::data::Dataset;
+    use harness::cnf::train::{density_grid, train_for, TrainConfig, Trainer};
+    use harness::cnf::{CnfConfig, Probe, TraceEstimator};
+    use harness::ode::grad::GradMode;
+    use harness::report::svg::{heatmap, line_chart, side_by_side, Series};
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    let data = Dataset::parse(&a.data).map_err(|e| Usage(format!("--data: {e}")))?;
+    let cfg = CnfConfig {
+        width: a.width,
+        depth: a.depth,
+        blocks: a.blocks,
+        trace: if a.hutchinson {
+            TraceEstimator::Hutchinson(Probe::Gaussian)
+        } else {
+            TraceEstimator::Exact
+        },
+        ..CnfConfig::default()
+    };
+    let tc = TrainConfig {
+        batch: a.batch,
+        learning_rate: a.lr,
+        seed: a.seed,
+        grad: if a.checkpoint {
+            GradMode::Checkpointed { checkpoints: None }
+        } else {
+            GradMode::FullTape
+        },
+        ..TrainConfig::default()
+    };
+    let mut trainer = Trainer::new(cfg, tc, data).map_err(|e| Usage(format!("train-cnf: {e}")))?;
+    let state = trainer.init().map_err(|e| Usage(format!("train-cnf: {e}")))?;
+    let bar = ProgressBar::new(a.steps as u64);
+    bar.set_draw_target(ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} steps, {per_sec}, eta {eta} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let outcome = train_for(&mut trainer, state, a.steps, |_, loss| {
+        bar.set_message(format!("loss {loss:.4}"));
+        bar.inc(1);
+    });
+    bar.finish_and_clear();
+    let (report, state) = match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            println!("train-cnf failed: {e}");
+            return Ok(false);
+        }
+    };
+    println!(
+        "trained {} steps on {} ({} blocks, width {}, depth {}, batch {}): loss {} -> {}, {} trace(s), live bytes {} after step 1, {} after step {}, {:.3} s/step",
+        report.steps,
+        trainer.data.name(),
+        cfg.blocks,
+        cfg.width,
+        cfg.depth,
+        tc.batch,
+        report.loss.first().map_or("-".into(), |l| format!("{l:.4}")),
+        report.loss.last().map_or("-".into(), |l| format!("{l:.4}")),
+        report.traces,
+        report.live_bytes_first,
+        report.live_bytes_last,
+        report.steps,
+        report.seconds_per_step
+    );
+    if let Some(path) = &a.svg {
+        let params = trainer
+            .params_of(&state)
+            .map_err(|e| Usage(format!("train-cnf: {e}")))?;
+        let mut pts = vec![0.0; 2 * 1000];
+        trainer.batch_of(u64::MAX, &mut pts);
+        let pairs: Vec<(f64, f64)> = pts.chunks(2).map(|p| (p[0], p[1])).collect();
+        // a square window around the data with a 15% margin
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for v in &pts {
+            lo = lo.min(*v);
+            hi = hi.max(*v);
+        }
+        let m = 0.15 * (hi - lo);
+        let extent = (lo - m, hi + m, lo - m, hi + m);
+        let grid = density_grid(&params, extent, 48, 768)
+            .map_err(|e| Usage(format!("train-cnf: {e}")))?;
+        let loss: Vec<(f64, f64)> = report
+            .loss
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| ((i + 1) as f64, l))
+            .collect();
+        let doc = side_by_side(&[
+            heatmap(
+                &format!("learned density, {} (data in white)", trainer.data.name()),
+                &grid,
+                &pairs,
+                440.0,
+            ),
+            line_chart(
+                "training loss (mean negative log-likelihood)",
+                "step",
+                "loss",
+                &[Series {
+                    name: "loss".into(),
+                    points: loss,
+                }],
+            ),
+        ]);
+        std::fs::write(path, doc)
+            .map_err(|e| Usage(format!("--svg {}: {e}", path.display())))?;
+        println!("wrote {}", path.display());
+    }
+    if let Some(path) = &a.json {
+        write_json(path, &report).map_err(|e| Usage(format!("--json {}: {e}", path.display())))?;
+    }
+    Ok(true)
 }

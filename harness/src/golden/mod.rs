@@ -3,6 +3,7 @@
 //! The format is `../shared/golden/FORMAT.md`. Any file in that format is accepted; a kind this
 //! build cannot replay yet fails with "not implemented" (it never passes).
 
+mod cnf;
 mod compare;
 mod format;
 mod linesearch;
@@ -99,10 +100,7 @@ pub fn replay(case: &Case) -> Result<CaseResult> {
             }
         }),
         "linesearch" => linesearch::replay(case, &mut cmp),
-        "cnf" => Err(Error::NotImplemented(format!(
-            "golden kind `{}` is not implemented in this build",
-            case.kind
-        ))),
+        "cnf" => cnf::replay(case, &mut cmp),
         other => Err(case.err(format!("unknown kind `{other}`"))),
     };
     let detail = match outcome {

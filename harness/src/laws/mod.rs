@@ -9,6 +9,7 @@
 //! environment variable overrides it (nightly runs raise it). The seed defaults to a fixed value
 //! so that CI is deterministic; `--seed` or `HARNESS_SEED` changes it.
 
+pub mod cnf;
 pub mod fuzz;
 pub mod linesearch;
 pub mod muon;
@@ -98,6 +99,7 @@ pub fn registry() -> Vec<Law> {
     v.extend(linesearch::laws());
     v.extend(muon::laws());
     v.extend(stack::laws());
+    v.extend(cnf::laws());
     v
 }
 

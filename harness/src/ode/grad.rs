@@ -180,7 +180,65 @@ pub fn gradient<F: DiffField + ?Sized>(
     mode: GradMode,
     opts: &SolveOptions,
 ) -> Result<Gradient> {
-    gradient_impl(field, tableau, controller, t0, t1, y0, w, mode, opts, None)
+    gradient_impl(
+        field,
+        tableau,
+        controller,
+        t0,
+        t1,
+        y0,
+        Cotangent::Given(w),
+        mode,
+        opts,
+        None,
+    )
+}
+
+/// The gradient of a loss `L(y(t1))` whose cotangent `dL/dy(t1)` depends on the final state:
+/// `cotangent(y_final)` is called once, after the forward pass and before the reverse sweep
+/// (saves the extra forward solve that computing `y(t1)` first would cost). Otherwise as
+/// [`gradient`]; a cotangent of the wrong length or non-finite is an error.
+#[allow(clippy::too_many_arguments)]
+pub fn gradient_of<F: DiffField + ?Sized>(
+    field: &F,
+    tableau: &Tableau,
+    controller: &Controller,
+    t0: f64,
+    t1: f64,
+    y0: &[f64],
+    cotangent: impl FnOnce(&[f64]) -> Result<Vec<f64>>,
+    mode: GradMode,
+    opts: &SolveOptions,
+) -> Result<Gradient> {
+    gradient_impl(
+        field,
+        tableau,
+        controller,
+        t0,
+        t1,
+        y0,
+        Cotangent::Of(Box::new(cotangent)),
+        mode,
+        opts,
+        None,
+    )
+}
+
+/// `dL/dy(t1)`: given, or computed from `y(t1)`.
+enum Cotangent<'a> {
+    Given(&'a [f64]),
+    Of(Box<dyn FnOnce(&[f64]) -> Result<Vec<f64>> + 'a>),
+}
+
+impl Cotangent<'_> {
+    fn resolve(self, y_final: &[f64]) -> Result<Vec<f64>> {
+        let w = match self {
+            Cotangent::Given(w) => w.to_vec(),
+            Cotangent::Of(f) => f(y_final)?,
+        };
+        check_input("w", &w, y_final.len())?;
+        Ok(w)
+    }
 }
 
 /// Deliberately wrong variants of [`gradient`], for showing that the gradient laws can fail.
@@ -215,7 +273,7 @@ pub fn gradient_mutant<F: DiffField + ?Sized>(
         t0,
         t1,
         y0,
-        w,
+        Cotangent::Given(w),
         mode,
         opts,
         Some(mutation),
@@ -248,7 +306,7 @@ fn gradient_impl<F: DiffField + ?Sized>(
     t0: f64,
     t1: f64,
     y0: &[f64],
-    w: &[f64],
+    w: Cotangent<'_>,
     mode: GradMode,
     opts: &SolveOptions,
     mutation: Option<Mutation>,
@@ -260,7 +318,9 @@ fn gradient_impl<F: DiffField + ?Sized>(
     let round_ckpt = mutation == Some(Mutation::RoundCheckpointsToF32);
     let d = field.dim();
     check_input("y0", y0, d)?;
-    check_input("w", w, d)?;
+    if let Cotangent::Given(w) = &w {
+        check_input("w", w, d)?;
+    }
     let theta = field.theta();
     check_input("theta", &theta, theta.len())?;
     // Forward solve: only the accepted times are kept.
@@ -281,7 +341,7 @@ fn gradient_impl<F: DiffField + ?Sized>(
     let n = ts.len() - 1;
     let mut stepper = Stepper::new(field, tab, &theta);
     // Reverse sweep state.
-    let mut lambda = w.to_vec();
+    let mut lambda;
     let mut g_theta = vec![0.0; theta.len()];
     let mut y_final = y0.to_vec();
     let checkpoints;
@@ -295,6 +355,7 @@ fn gradient_impl<F: DiffField + ?Sized>(
                 stepper.step(ts[k], ts[k + 1], &mut y);
             }
             y_final = y;
+            lambda = w.resolve(&y_final)?;
             for k in (0..n).rev() {
                 step_vjp(
                     field,
@@ -331,6 +392,7 @@ fn gradient_impl<F: DiffField + ?Sized>(
             if n > 0 {
                 y_final = y;
             }
+            lambda = w.resolve(&y_final)?;
             let mut states = Vec::with_capacity(seg * d);
             for s in (0..nseg).rev() {
                 let (start, end) = (s * seg, ((s + 1) * seg).min(n));

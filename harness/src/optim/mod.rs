@@ -7,6 +7,7 @@
 //! the two bit-identical.
 
 pub mod adam;
+pub mod decay;
 pub mod fused;
 pub mod jit;
 pub mod linesearch;
@@ -20,6 +21,7 @@ use crate::tree::Tree;
 use crate::{error::ensure, Result};
 
 pub use adam::ScaleByAdam;
+pub use decay::AddDecayedWeights;
 pub use fused::FusedMoments;
 pub use jit::Jit;
 pub use moments::{AdamHyper, MomentState};
@@ -150,6 +152,21 @@ pub fn adam(
         ScaleByLearningRate::new(learning_rate)?,
     ))
 }
+
+/// `optax.adamw(learning_rate, ..., weight_decay)`:
+/// `chain(scale_by_adam, add_decayed_weights(weight_decay), scale_by_learning_rate)`.
+pub fn adamw(learning_rate: f64, hyper: AdamHyper, weight_decay: f64) -> Result<AdamW> {
+    Ok(chain(
+        chain(
+            ScaleByAdam::new(hyper)?,
+            AddDecayedWeights::new(weight_decay)?,
+        ),
+        ScaleByLearningRate::new(learning_rate)?,
+    ))
+}
+
+/// The transform [`adamw`] builds.
+pub type AdamW = Chain<Chain<ScaleByAdam, AddDecayedWeights>, ScaleByLearningRate>;
 
 /// `optax.radam(learning_rate, ...)` with the chosen selection form.
 pub fn radam(

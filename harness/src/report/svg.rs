@@ -405,3 +405,135 @@ mod tests {
         assert_eq!(tick_step(1.0, 5.0), 0.2);
     }
 }
+
+/// A density on a regular grid over `[x0, x1] x [y0, y1]`, row 0 at `y0`.
+#[derive(Debug, Clone)]
+pub struct Grid {
+    pub nx: usize,
+    pub ny: usize,
+    pub extent: (f64, f64, f64, f64),
+    /// `ny * nx` non-negative values (NaN cells are drawn grey).
+    pub values: Vec<f64>,
+}
+
+/// Perceptually ordered colour for `v` in `[0, 1]` (a 5-stop viridis-like ramp).
+fn ramp(v: f64) -> String {
+    const STOPS: [(f64, f64, f64); 5] = [
+        (68.0, 1.0, 84.0),
+        (59.0, 82.0, 139.0),
+        (33.0, 145.0, 140.0),
+        (94.0, 201.0, 98.0),
+        (253.0, 231.0, 37.0),
+    ];
+    let v = v.clamp(0.0, 1.0) * (STOPS.len() - 1) as f64;
+    let i = (v.floor() as usize).min(STOPS.len() - 2);
+    let f = v - i as f64;
+    let (a, b) = (STOPS[i], STOPS[i + 1]);
+    let c = |p: f64, q: f64| (p + (q - p) * f).round() as u8;
+    format!("#{:02x}{:02x}{:02x}", c(a.0, b.0), c(a.1, b.1), c(a.2, b.2))
+}
+
+/// A heat map of `grid` (scaled to its maximum) with `points` overlaid, `size` pixels square.
+pub fn heatmap(title: &str, grid: &Grid, points: &[(f64, f64)], size: f64) -> String {
+    let (left, top, bottom) = (50.0, 40.0, 40.0);
+    let (w, h) = (size + left + 20.0, size + top + bottom);
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = write!(
+        o,
+        r#"<rect width="{w}" height="{h}" fill="white"/><text x="{}" y="24" text-anchor="middle" font-size="15">{}</text>"#,
+        left + size / 2.0,
+        esc(title)
+    );
+    let (x0, x1, y0, y1) = grid.extent;
+    let max = grid
+        .values
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    let (cw, ch) = (size / grid.nx as f64, size / grid.ny as f64);
+    for r in 0..grid.ny {
+        for c in 0..grid.nx {
+            let v = grid.values[r * grid.nx + c];
+            let fill = if v.is_finite() && max > 0.0 {
+                ramp(v / max)
+            } else {
+                "#888888".into()
+            };
+            // row 0 is y0 (bottom)
+            let _ = write!(
+                o,
+                r#"<rect x="{:.2}" y="{:.2}" width="{:.2}" height="{:.2}" fill="{fill}"/>"#,
+                left + c as f64 * cw,
+                top + size - (r + 1) as f64 * ch,
+                cw + 0.3,
+                ch + 0.3
+            );
+        }
+    }
+    for &(x, y) in points {
+        if !(x0..=x1).contains(&x) || !(y0..=y1).contains(&y) {
+            continue;
+        }
+        let _ = write!(
+            o,
+            r#"<circle cx="{:.2}" cy="{:.2}" r="1.2" fill="white" fill-opacity="0.6"/>"#,
+            left + (x - x0) / (x1 - x0) * size,
+            top + size - (y - y0) / (y1 - y0) * size
+        );
+    }
+    let _ = write!(
+        o,
+        r#"<rect x="{left}" y="{top}" width="{size}" height="{size}" fill="none" stroke="black"/>"#
+    );
+    for (i, (xv, yv)) in [(x0, y0), (x1, y1)].into_iter().enumerate() {
+        let _ = write!(
+            o,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            left + i as f64 * size,
+            top + size + 16.0,
+            label(xv),
+            left - 4.0,
+            top + size - i as f64 * size + 4.0,
+            label(yv)
+        );
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+/// Standalone SVG documents side by side (each nested as an `<svg>` element).
+pub fn side_by_side(panels: &[String]) -> String {
+    let dims: Vec<(f64, f64)> = panels
+        .iter()
+        .map(|p| {
+            let attr = |name: &str| {
+                p.split_once(&format!(" {name}=\""))
+                    .and_then(|(_, rest)| rest.split_once('"'))
+                    .and_then(|(v, _)| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            (attr("width"), attr("height"))
+        })
+        .collect();
+    let w: f64 = dims.iter().map(|d| d.0).sum();
+    let h = dims.iter().map(|d| d.1).fold(0.0, f64::max);
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}">"#
+    );
+    let mut x = 0.0;
+    for (p, (pw, _)) in panels.iter().zip(&dims) {
+        let _ = write!(o, r#"<g transform="translate({x},0)">"#);
+        o.push_str(p.trim_end());
+        o.push_str("</g>");
+        x += pw;
+    }
+    o.push_str("</svg>\n");
+    o
+}

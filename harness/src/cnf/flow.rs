@@ -1,0 +1,396 @@
+//! # Densities, samples and the training loss of the flow
+//!
+//! - [`log_likelihood`]: `y(t1) = x`, `delta(t1) = 0`; each block, last to first, is solved from
+//!   `t1` down to `t0` with the constant step `-dt0` (a backward solve) carrying `(y, delta)`;
+//!   then `log p(x) = delta + log N(y; 0, I)` with `log N(y) = -(d log(2 pi) + |y|^2)/2`.
+//! - [`sample`]: `z ~ N(0, I)` pushed forward through the blocks in order from `t0` to `t1`;
+//!   the same augmented solve gives `log p(x) = log N(z) - delta(t1)`.
+//! - [`loss_and_grad`]: `L = -(1/n) sum_i log p(x_i)` and `dL/dtheta` for every block, by
+//!   discretise-then-optimise through [`crate::ode::grad`] (full tape or checkpointed), chaining
+//!   the blocks' vector-Jacobian products: the cotangent of the final state is
+//!   `dL/dy = y/n`, `dL/ddelta = -1/n`, and each block's `dL/dz(start)` is the next block's
+//!   cotangent.
+//!
+//! Guarantees: a batch whose length is not a multiple of `data_size` is a
+//! [`crate::Error::ShapeMismatch`]; non-finite data or probes are
+//! [`crate::Error::InvalidHyper`]; an empty batch gives an empty result (loss 0, zero
+//! gradients); a non-finite log-density (overflow of a huge input) is
+//! [`crate::Error::Overflow`] naming the sample, never a NaN passed on.
+//!
+//! # References
+//! - R. T. Q. Chen, Y. Rubanova, J. Bettencourt, D. Duvenaud, "Neural ordinary differential
+//!   equations", NeurIPS 2018 (instantaneous change of variables).
+//! - diffrax #574 (the training loop whose memory grew; see [`super::train`]).
+
+use super::config::{CnfConfig, TraceEstimator};
+use super::field::{BlockField, Tangents};
+use super::params::CnfParams;
+use super::taped::TrainBlock;
+use crate::backend::Real;
+use crate::ode::grad::{gradient_of, GradMode};
+use crate::ode::{solve, Controller, SolveOptions};
+use crate::{Error, Result};
+
+/// `log N(y; 0, I)` of one `d`-vector.
+pub fn log_normal<A: Real>(y: &[A]) -> A {
+    let d = A::of_f64(y.len() as f64);
+    let sq: A = y.iter().map(|&v| v * v).sum();
+    -(d * A::of_f64((2.0 * std::f64::consts::PI).ln()) + sq) * A::of_f64(0.5)
+}
+
+/// Check a batch `x` (`n x d` flat) and optional probes; returns `n`.
+pub fn check_batch<A: Real>(cfg: &CnfConfig, x: &[A], probes: Option<&[A]>) -> Result<usize> {
+    let d = cfg.data_size;
+    if x.len() % d != 0 {
+        return Err(Error::ShapeMismatch {
+            leaf: "x".into(),
+            expected: vec![x.len() / d, d],
+            got: vec![x.len()],
+        });
+    }
+    let finite = |name: &'static str, v: &[A]| match v.iter().position(|a| !a.as_f64().is_finite()) {
+        Some(i) => Err(Error::InvalidHyper {
+            name,
+            value: format!("{:?} at index {i}", v[i]),
+            expected: "every element must be finite".into(),
+        }),
+        None => Ok(()),
+    };
+    finite("x", x)?;
+    match (cfg.trace, probes) {
+        (TraceEstimator::Exact, None) => {}
+        (TraceEstimator::Hutchinson(_), Some(p)) => {
+            if p.len() != x.len() {
+                return Err(Error::ShapeMismatch {
+                    leaf: "probes".into(),
+                    expected: vec![x.len() / d, d],
+                    got: vec![p.len()],
+                });
+            }
+            finite("probes", p)?;
+        }
+        (TraceEstimator::Exact, Some(_)) => {
+            return Err(Error::InvalidHyper {
+                name: "probes",
+                value: "given".into(),
+                expected: "no probes with the exact trace".into(),
+            })
+        }
+        (TraceEstimator::Hutchinson(_), None) => {
+            return Err(Error::InvalidHyper {
+                name: "probes",
+                value: "missing".into(),
+                expected: "one probe per sample with the Hutchinson trace".into(),
+            })
+        }
+    }
+    Ok(x.len() / d)
+}
+
+fn tangents<A>(probes: Option<&[A]>) -> Tangents<'_, A> {
+    match probes {
+        Some(p) => Tangents::Probes(p),
+        None => Tangents::Exact,
+    }
+}
+
+fn opts() -> SolveOptions {
+    SolveOptions {
+        max_steps: super::config::MAX_STEPS_PER_BLOCK,
+        save_steps: false,
+    }
+}
+
+/// Solve one block's augmented state `z` over `[from, to]` with the constant step `dt`.
+fn block_solve<A: Real>(
+    params: &CnfParams<A>,
+    b: usize,
+    n: usize,
+    probes: Option<&[A]>,
+    from: f64,
+    to: f64,
+    dt: f64,
+    z: &[A],
+) -> Result<Vec<A>> {
+    let field = BlockField::new(&params.layout, &params.blocks[b], n, tangents(probes));
+    let tab = params.cfg.solver.tableau();
+    let sol = solve(
+        &field,
+        &tab,
+        &Controller::constant(dt)?,
+        A::of_f64(from),
+        A::of_f64(to),
+        z,
+        &opts(),
+    )?;
+    Ok(sol.y_final)
+}
+
+fn finite_or_overflow<A: Real>(what: &str, v: &[A]) -> Result<()> {
+    match v.iter().position(|a| !a.as_f64().is_finite()) {
+        Some(i) => Err(Error::Overflow(format!(
+            "{what} of sample {i} is not finite ({:?})",
+            v[i]
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `log p(x_i)` for every sample of `x` (`n x d` flat); see the module docs.
+///
+/// ```
+/// use harness::cnf::{flow::log_likelihood, CnfConfig, CnfParams};
+/// let cfg = CnfConfig { width: 8, depth: 1, blocks: 1, ..CnfConfig::default() };
+/// let params = CnfParams::<f64>::init(cfg, 0)?;
+/// let lp = log_likelihood(&params, &[0.1, -0.2, 1.0, 0.5], None)?;
+/// assert_eq!(lp.len(), 2);
+/// assert!(lp.iter().all(|v| v.is_finite()));
+/// # Ok::<(), harness::Error>(())
+/// ```
+pub fn log_likelihood<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
+) -> Result<Vec<A>> {
+    log_likelihood_impl(params, x, probes, None)
+}
+
+/// Deliberately wrong variants of the flow, for showing that the CNF laws can fail.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowMutation {
+    /// The log-likelihood runs the blocks first to last (not reversed).
+    ForwardBlockOrder,
+    /// `delta` restarts at 0 in every block (only the last block's change is counted).
+    DeltaNotCarried,
+    /// The change of `delta` has the wrong sign (`+tr` integrated as `-tr`).
+    TraceSignFlipped,
+}
+
+/// [`log_likelihood`] with a [`FlowMutation`].
+#[doc(hidden)]
+pub fn log_likelihood_mutant<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
+    mutation: FlowMutation,
+) -> Result<Vec<A>> {
+    log_likelihood_impl(params, x, probes, Some(mutation))
+}
+
+/// [`sample`] with a [`FlowMutation`].
+#[doc(hidden)]
+pub fn sample_mutant<A: Real>(
+    params: &CnfParams<A>,
+    z: &[A],
+    probes: Option<&[A]>,
+    mutation: FlowMutation,
+) -> Result<(Vec<A>, Vec<A>)> {
+    sample_impl(params, z, probes, Some(mutation))
+}
+
+/// Apply a mutation's bookkeeping to the `delta` part after one block (`before` = state in).
+fn mutate_delta<A: Real>(m: Option<FlowMutation>, nd: usize, before: &[A], after: &mut [A]) {
+    match m {
+        Some(FlowMutation::DeltaNotCarried) => {
+            for (a, b) in after[nd..].iter_mut().zip(&before[nd..]) {
+                *a = *a - *b;
+            }
+        }
+        Some(FlowMutation::TraceSignFlipped) => {
+            for (a, b) in after[nd..].iter_mut().zip(&before[nd..]) {
+                *a = *b + *b - *a;
+            }
+        }
+        _ => {}
+    }
+}
+
+fn log_likelihood_impl<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
+    mutation: Option<FlowMutation>,
+) -> Result<Vec<A>> {
+    let cfg = &params.cfg;
+    let n = check_batch(cfg, x, probes)?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let d = cfg.data_size;
+    let mut z = x.to_vec();
+    z.resize(n * (d + 1), A::zero());
+    let order: Vec<usize> = if mutation == Some(FlowMutation::ForwardBlockOrder) {
+        (0..cfg.blocks).collect()
+    } else {
+        (0..cfg.blocks).rev().collect()
+    };
+    for b in order {
+        let mut next = block_solve(params, b, n, probes, cfg.t1, cfg.t0, -cfg.dt0, &z)?;
+        mutate_delta(mutation, n * d, &z, &mut next);
+        z = next;
+    }
+    let lp: Vec<A> = (0..n)
+        .map(|i| z[n * d + i] + log_normal(&z[i * d..(i + 1) * d]))
+        .collect();
+    finite_or_overflow("log-density", &lp)?;
+    Ok(lp)
+}
+
+/// Push base samples `z` (`n x d`) forward: returns `(x, log p(x))`.
+pub fn sample<A: Real>(
+    params: &CnfParams<A>,
+    z: &[A],
+    probes: Option<&[A]>,
+) -> Result<(Vec<A>, Vec<A>)> {
+    sample_impl(params, z, probes, None)
+}
+
+fn sample_impl<A: Real>(
+    params: &CnfParams<A>,
+    z: &[A],
+    probes: Option<&[A]>,
+    mutation: Option<FlowMutation>,
+) -> Result<(Vec<A>, Vec<A>)> {
+    let cfg = &params.cfg;
+    let n = check_batch(cfg, z, probes)?;
+    if n == 0 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let d = cfg.data_size;
+    let mut s = z.to_vec();
+    s.resize(n * (d + 1), A::zero());
+    for b in 0..cfg.blocks {
+        let mut next = block_solve(params, b, n, probes, cfg.t0, cfg.t1, cfg.dt0, &s)?;
+        mutate_delta(mutation, n * d, &s, &mut next);
+        s = next;
+    }
+    finite_or_overflow("sample", &s[..n * d])?;
+    let lp: Vec<A> = (0..n)
+        .map(|i| log_normal(&z[i * d..(i + 1) * d]) - s[n * d + i])
+        .collect();
+    finite_or_overflow("log-density", &lp)?;
+    s.truncate(n * d);
+    Ok((s, lp))
+}
+
+/// The mean negative log-likelihood and its gradient per block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LossGrad {
+    pub loss: f64,
+    /// `dL/dtheta`, one vector per block.
+    pub grads: Vec<Vec<f64>>,
+    /// Checkpoints used by the last block's reverse sweep.
+    pub checkpoints: usize,
+}
+
+/// `L = -(1/n) sum log p(x_i)` and `dL/dtheta` (f64); see the module docs.
+pub fn loss_and_grad(
+    params: &CnfParams<f64>,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    mode: GradMode,
+) -> Result<LossGrad> {
+    loss_and_grad_impl(params, x, probes, mode, false)
+}
+
+/// [`loss_and_grad`] with the trace term treated as a constant on the tape (what first-order
+/// autodiff without the hand-written tangents would give: `d tr / d theta` lost).
+#[doc(hidden)]
+pub fn loss_and_grad_detached_trace(
+    params: &CnfParams<f64>,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    mode: GradMode,
+) -> Result<LossGrad> {
+    loss_and_grad_impl(params, x, probes, mode, true)
+}
+
+fn loss_and_grad_impl(
+    params: &CnfParams<f64>,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    mode: GradMode,
+    detach_trace: bool,
+) -> Result<LossGrad> {
+    let cfg = &params.cfg;
+    let n = check_batch(cfg, x, probes)?;
+    let mut grads = vec![vec![0.0; params.layout.len]; cfg.blocks];
+    if n == 0 {
+        return Ok(LossGrad {
+            loss: 0.0,
+            grads,
+            checkpoints: 0,
+        });
+    }
+    let d = cfg.data_size;
+    // Forward through blocks B-1 .. 1, keeping each block's input; block 0 ends the solve.
+    let mut inputs: Vec<Vec<f64>> = Vec::with_capacity(cfg.blocks);
+    let mut z = x.to_vec();
+    z.resize(n * (d + 1), 0.0);
+    for b in (1..cfg.blocks).rev() {
+        let next = block_solve(params, b, n, probes, cfg.t1, cfg.t0, -cfg.dt0, &z)?;
+        inputs.push(std::mem::replace(&mut z, next));
+    }
+    inputs.push(z);
+    inputs.reverse(); // inputs[b] = the state entering block b
+    let tab = cfg.solver.tableau();
+    let ctrl = Controller::constant(-cfg.dt0)?;
+    let mut loss = 0.0;
+    let mut cot: Option<Vec<f64>> = None;
+    let mut checkpoints = 0;
+    for b in 0..cfg.blocks {
+        let mut field = TrainBlock::new(
+            params.layout.clone(),
+            n,
+            probes.map(|p| p.to_vec()),
+            params.blocks[b].clone(),
+        );
+        field.detach_trace = detach_trace;
+        let g = match cot.take() {
+            None => gradient_of(
+                &field,
+                &tab,
+                &ctrl,
+                cfg.t1,
+                cfg.t0,
+                &inputs[b],
+                |zf| {
+                    // L = -(1/n) sum_i [delta_i + log N(y_i)]
+                    let inv = 1.0 / n as f64;
+                    let lp: Vec<f64> = (0..n)
+                        .map(|i| zf[n * d + i] + log_normal(&zf[i * d..(i + 1) * d]))
+                        .collect();
+                    finite_or_overflow("log-density", &lp)?;
+                    loss = -lp.iter().sum::<f64>() * inv;
+                    let mut w = vec![-inv; n * (d + 1)];
+                    for (wi, &yi) in w[..n * d].iter_mut().zip(&zf[..n * d]) {
+                        *wi = yi * inv;
+                    }
+                    Ok(w)
+                },
+                mode,
+                &opts(),
+            )?,
+            Some(w) => gradient_of(
+                &field,
+                &tab,
+                &ctrl,
+                cfg.t1,
+                cfg.t0,
+                &inputs[b],
+                move |_| Ok(w),
+                mode,
+                &opts(),
+            )?,
+        };
+        checkpoints = g.checkpoints;
+        grads[b] = g.d_theta;
+        cot = Some(g.d_y0);
+    }
+    Ok(LossGrad {
+        loss,
+        grads,
+        checkpoints,
+    })
+}

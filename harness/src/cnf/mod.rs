@@ -1,0 +1,27 @@
+//! # Continuous normalising flow (FFJORD), as the diffrax example, on dfdx
+//!
+//! A flow of `blocks` ODE blocks, each a ConcatSquash MLP vector field; densities by the
+//! instantaneous change of variables `d log p(z(t))/dt = -tr(df/dz)`.
+//!
+//! One concern per file:
+//! - `config.rs` — static settings ([`CnfConfig`]) and the flat parameter [`Layout`];
+//! - `params.rs` — weights ([`CnfParams`]) and their initialisation;
+//! - `random.rs` — counter-based draws (data, probes, weights);
+//! - `field.rs` — the augmented field with hand-written tangents (plain f32/f64);
+//! - `taped.rs` — the same field on dfdx's tape ([`TrainBlock`], a [`crate::ode::grad::DiffField`]);
+//! - `flow.rs` — log-likelihood, sampling, the loss and its gradient;
+//! - `data.rs` — built-in 2-D data sets;
+//! - `train.rs` — AdamW training with the step staged through the specialisation cache;
+
+pub mod config;
+pub mod data;
+pub mod field;
+pub mod flow;
+pub mod params;
+pub mod random;
+pub mod taped;
+pub mod train;
+
+pub use config::{CnfConfig, Layout, Probe, TraceEstimator};
+pub use params::CnfParams;
+pub use taped::TrainBlock;

@@ -598,7 +598,9 @@ fn train_cnf(a: TrainArgs) -> Outcome {
         ..TrainConfig::default()
     };
     let mut trainer = Trainer::new(cfg, tc, data).map_err(|e| Usage(format!("train-cnf: {e}")))?;
-    let state = trainer.init().map_err(|e| Usage(format!("train-cnf: {e}")))?;
+    let state = trainer
+        .init()
+        .map_err(|e| Usage(format!("train-cnf: {e}")))?;
     let bar = ProgressBar::new(a.steps as u64);
     bar.set_draw_target(ProgressDrawTarget::stderr());
     bar.set_style(
@@ -648,8 +650,8 @@ fn train_cnf(a: TrainArgs) -> Outcome {
         }
         let m = 0.15 * (hi - lo);
         let extent = (lo - m, hi + m, lo - m, hi + m);
-        let grid = density_grid(&params, extent, 48, 768)
-            .map_err(|e| Usage(format!("train-cnf: {e}")))?;
+        let grid =
+            density_grid(&params, extent, 48, 768).map_err(|e| Usage(format!("train-cnf: {e}")))?;
         let loss: Vec<(f64, f64)> = report
             .loss
             .iter()
@@ -673,8 +675,7 @@ fn train_cnf(a: TrainArgs) -> Outcome {
                 }],
             ),
         ]);
-        std::fs::write(path, doc)
-            .map_err(|e| Usage(format!("--svg {}: {e}", path.display())))?;
+        std::fs::write(path, doc).map_err(|e| Usage(format!("--svg {}: {e}", path.display())))?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = &a.json {

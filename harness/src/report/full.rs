@@ -187,7 +187,7 @@ pub fn collect(cfg: &ReportConfig, bar: &ProgressBar) -> Report {
         }),
         None => vec![],
     };
-    let total = registry.len() + muts.len() + golden_files.len() + probes::RUNS.len() - 1 + 2;
+    let total = registry.len() + muts.len() + golden_files.len() + probes::RUNS.len() + 2;
     bar.set_length(total as u64);
     let mut report = Report {
         laws: Vec::new(),

@@ -1,4 +1,5 @@
-//! Human tables on stdout and the JSON files of CLI.md.
+//! Human tables on stdout, the JSON files of CLI.md, SVG charts ([`svg`]) and the directory
+//! report of `harness check --report DIR` ([`full`], measuring through [`probes`]).
 
 #[cfg(feature = "mutants")]
 pub mod full;

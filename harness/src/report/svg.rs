@@ -175,7 +175,7 @@ pub struct Bars {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scale {
     Linear,
-    /// Log 10; bars start at the lowest decade shown, values `<= 0` draw no bar.
+    /// Log 10 from half a decade below the smallest positive value; values `<= 0` draw no bar.
     Log,
 }
 
@@ -247,16 +247,17 @@ pub fn bar_chart(
         let pos: Vec<f64> = vals.filter(|&v| v > 0.0).collect();
         let lo = pos.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = pos.iter().copied().fold(0f64, f64::max);
-        let (d0, d1) = if pos.is_empty() {
+        // half a decade below the smallest value, so that its bar has a visible height
+        let (t0, d1) = if pos.is_empty() {
             (0.0, 1.0)
         } else {
-            let d0 = lo.log10().floor();
-            (d0, hi.log10().ceil().max(d0 + 1.0))
+            let t0 = lo.log10().floor() - 0.5;
+            (t0, hi.log10().ceil().max(t0 + 1.0))
         };
-        let ticks = (d0 as i32..=d1 as i32)
+        let ticks = (t0.ceil() as i32..=d1 as i32)
             .map(|d| (10f64.powi(d), sci(10f64.powi(d))))
             .collect();
-        (d0, d1, ticks)
+        (t0, d1, ticks)
     } else {
         let hi = vals.fold(0f64, f64::max);
         let step = tick_step(hi, 5.0);
@@ -287,7 +288,7 @@ pub fn bar_chart(
             esc(text)
         );
     }
-    let base = ticks.first().map(|t| sy(t.0)).unwrap_or(top + ph);
+    let base = top + ph;
     let bar_w = ((group - 12.0) / k).min(40.0);
     for (c, cat) in categories.iter().enumerate() {
         let gx = left + c as f64 * (pw / n);
@@ -382,8 +383,9 @@ mod tests {
             Scale::Log,
         );
         assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
-        // background + two bars (the zero draws none)
+        // background + two bars (the zero draws none); the bar of 1 is not flat
         assert_eq!(s.matches("<rect").count(), 3);
+        assert!(!s.contains(r#"height="0.0""#));
         assert!(s.contains(">100</text>"), "decade ticks 1, 10, 100");
         let lin = bar_chart(
             "t",

@@ -75,8 +75,8 @@ pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
         "ode" => ode(quick),
         "muon" => muon(quick),
         "stack" => stack(quick),
+        "cnf" => cnf(quick),
         "all" => all(quick, |_| {}).map(|a| a.figures),
-        "cnf" => Err(Error::NotImplemented(format!("bench area `{area}`"))),
         other => Err(Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
@@ -135,6 +135,7 @@ pub fn attach_limits(figures: &mut [Figure]) {
     let ls_evals = get("linesearch_rosenbrock_65536_evals");
     let ode_steps = get("ode_lv_tsit5_1e-8_steps");
     let rng = get("counter_rng_gelems");
+    let cnf_bound = get("cnf_train_step_gemm_bound_ms");
     let rate = |f: &mut Figure, limit: Option<f64>, source: &str| {
         if let Some(l) = limit.filter(|l| *l > 0.0) {
             f.limit = Some(l);
@@ -202,6 +203,25 @@ pub fn attach_limits(figures: &mut [Figure]) {
                 }),
                 "copy bandwidth: the f16 model's bytes written once".into(),
             ),
+            "train_step_w64_d3_b500_ms" => time(
+                f,
+                cnf_bound,
+                "f64 gemm rate: the step's product flops / gemm_f64_1500x64x64_gflops \
+                 (= cnf_train_step_gemm_bound_ms)"
+                    .into(),
+            ),
+            "cnf_loglik_b500_ms" => time(
+                f,
+                cnf_bound.map(|b| b / CNF_STEP_PER_FORWARD),
+                "f64 gemm rate: one forward solve's product flops / gemm_f64_1500x64x64_gflops"
+                    .into(),
+            ),
+            "gemm_f64_1500x64x64_gflops" => {
+                f.limit_source = Some("is the limit: f64 gemm of the CNF field's shape".into())
+            }
+            "cnf_train_step_gemm_bound_ms" => {
+                f.limit_source = Some("is the train_step_w64_d3_b500_ms limit".into())
+            }
             "radam_allocs_per_step" => f.limit_source = Some("ideal: 0".into()),
             "ode_lv_tsit5_1e-8_us" => {
                 let per_step = ode_steps.map_or(String::new(), |n| {
@@ -438,6 +458,92 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
         fig("init_chunked_vs_fresh_write", init / fill, "ratio"),
         fig("init_chunked_16x1024x4096_ms", init_s * 1e3, "ms"),
         fig("counter_rng_gelems", rng_rate, "Gelem/s"),
+    ])
+}
+
+/// Multiply-adds of one CNF field evaluation over `n` samples with `k` tangents (the matrix
+/// products: `(1 + k) n` rows through every layer's `out x in` weight).
+pub fn cnf_eval_macs(cfg: &crate::cnf::CnfConfig, n: usize) -> f64 {
+    let rows = ((1 + cfg.tangents()) * n) as f64;
+    cfg.layer_dims()
+        .iter()
+        .map(|&(i, o)| rows * (i * o) as f64)
+        .sum()
+}
+
+/// Product flops of a CNF training step in units of one forward solve: a plain forward solve,
+/// a recomputation of the states, the taped forward, and a backward of twice its products.
+pub const CNF_STEP_PER_FORWARD: f64 = 2.0 + 1.0 + 2.0;
+
+/// Area `cnf`: `train_step_w64_d3_b500_ms` (one full training step — batch draw, loss and
+/// gradient through 10 constant Tsit5 steps with the exact trace and the full tape, AdamW
+/// update — for width 64, depth 3, one block, batch 500, 2-D two-moons), the forward
+/// log-likelihood of the same batch, and the limit: the step's matrix-product flops divided by
+/// the f64 gemm rate of a `1500 x 64 x 64` product measured in the same run. The step's
+/// products are: one forward solve and one recomputation of the states (plain), the taped
+/// forward, and a backward pass of twice the taped forward's products.
+fn cnf(quick: bool) -> Result<Vec<Figure>> {
+    use crate::backend::{gemm_into, Operand};
+    use crate::cnf::data::Dataset;
+    use crate::cnf::train::{TrainConfig, Trainer};
+    use crate::cnf::CnfConfig;
+    let cfg = CnfConfig {
+        width: 64,
+        depth: 3,
+        blocks: 1,
+        ..CnfConfig::default()
+    };
+    let tc = TrainConfig::default();
+    let mut trainer = Trainer::new(cfg, tc, Dataset::TwoMoons)?;
+    let state = trainer.init()?;
+    let reps = if quick { 2 } else { 7 };
+    let mut err = None;
+    // warm-up (the trace) then median of steps from the same state
+    trainer.step(&state)?;
+    let step_s = median_seconds(reps, || {
+        if let Err(e) = trainer.step(&state) {
+            err = Some(e);
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    let params = trainer.params_of(&state)?;
+    let mut batch = vec![0.0; tc.batch * 2];
+    trainer.batch_of(0, &mut batch);
+    let fwd_s = median_seconds(reps, || {
+        let _ = crate::cnf::flow::log_likelihood(&params, &batch, None);
+    });
+    // f64 gemm rate on the field's dominant product shape
+    let (m, k, n) = (1500, 64, 64);
+    let a: Vec<f64> = (0..m * k).map(|i| (i % 7) as f64 * 0.1).collect();
+    let b: Vec<f64> = (0..k * n).map(|i| (i % 5) as f64 * 0.1).collect();
+    let mut c = vec![0.0; m * n];
+    let op = |data, rs| Operand {
+        data,
+        offset: 0,
+        rs,
+        cs: 1,
+    };
+    let gemm_s = median_seconds(if quick { 20 } else { 200 }, || {
+        gemm_into(m, n, k, &mut c, 0, n, op(&a, k), op(&b, n))
+    });
+    let gflops = 2.0 * (m * n * k) as f64 / gemm_s / 1e9;
+    let steps = ((cfg.t1 - cfg.t0) / cfg.dt0).round();
+    let evals = steps * 6.0 + 1.0; // Tsit5 with FSAL
+    let fwd_flops = 2.0 * evals * cnf_eval_macs(&cfg, tc.batch);
+    let step_flops = fwd_flops * CNF_STEP_PER_FORWARD;
+    let ideal_ms = step_flops / (gflops * 1e9) * 1e3;
+    Ok(vec![
+        fig("train_step_w64_d3_b500_ms", step_s * 1e3, "ms"),
+        fig("cnf_loglik_b500_ms", fwd_s * 1e3, "ms"),
+        fig("gemm_f64_1500x64x64_gflops", gflops, "GFLOP/s"),
+        fig("cnf_train_step_gemm_bound_ms", ideal_ms, "ms"),
+        fig(
+            "train_step_vs_gemm_bound",
+            ideal_ms / (step_s * 1e3),
+            "ratio",
+        ),
     ])
 }
 

@@ -70,6 +70,14 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "ode_grad_checkpointed_equals_full_tape",
         // harness/tests/memory.rs
         "ode_grad_checkpoint_memory_bound",
+        "cnf_train_trace_once",
+        // harness/tests/cnf.rs
+        "cnf_linear_field_closed_form",
+        "cnf_sample_then_evaluate",
+        "cnf_density_normalised",
+        "cnf_exact_trace_matches_fd",
+        "cnf_hutchinson_unbiased",
+        "cnf_loss_gradient_matches_fd",
     ];
     for law in laws::registry() {
         assert!(

@@ -236,8 +236,52 @@ fn ode_gradient_memory_figures_and_full_tape_mutant_fails_the_bound() {
     }
 }
 
+fn cnf_training_traces_once_and_memory_stays_flat() {
+    let law = laws::find("cnf_train_trace_once").unwrap();
+    let r = laws::run(&law, RunConfig::new(None, None));
+    assert!(r.passed, "{}", r.counterexample.unwrap_or_default());
+}
+
+fn cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows() {
+    use harness::cnf::train::Mutation;
+    use harness::laws::cnf::{train_trace_once_with, trainer_for, TrainCase};
+    let _g = harness::probe::exclusive();
+    let c = TrainCase {
+        steps: 2,
+        seed: 0,
+        width: 2,
+        batch: 4,
+        hutchinson: false,
+        checkpointed: false,
+    };
+    train_trace_once_with(&c, None).unwrap();
+    let err = train_trace_once_with(&c, Some(Mutation::StaticStep)).unwrap_err();
+    assert!(err.contains("traced 2 times"), "{err}");
+    // The cache keeps one plan per step: live bytes grow with every step.
+    let mut t = trainer_for(&c, Some(Mutation::StaticStep)).unwrap();
+    let mut s = t.init().unwrap();
+    let mut live = vec![];
+    for _ in 0..4 {
+        s = t.step(&s).unwrap().0;
+        live.push(harness::probe::counters().live_bytes);
+    }
+    assert!(
+        live.windows(2).all(|w| w[1] > w[0]),
+        "mutant live bytes per step: {live:?}"
+    );
+    println!("  cnf-static-step: {err}; live bytes after steps 1..4: {live:?}");
+}
+
 fn main() {
-    let tests: [(&str, fn()); 14] = [
+    let tests: [(&str, fn()); 16] = [
+        (
+            "cnf_training_traces_once_and_memory_stays_flat",
+            cnf_training_traces_once_and_memory_stays_flat,
+        ),
+        (
+            "cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows",
+            cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows,
+        ),
         (
             "muon_planned_newton_schulz_reuses_its_workspace",
             muon_planned_newton_schulz_reuses_its_workspace,

@@ -36,7 +36,7 @@ pub struct LinearCase {
     pub t1: f64,
 }
 
-fn linear_case() -> impl Strategy<Value = LinearCase> {
+pub fn linear_case() -> impl Strategy<Value = LinearCase> {
     (1usize..=3, 1usize..=2, 0.2f64..1.0).prop_flat_map(|(d, nb, t1)| {
         (
             prop::collection::vec(
@@ -53,7 +53,7 @@ fn linear_case() -> impl Strategy<Value = LinearCase> {
 }
 
 impl LinearCase {
-    fn params(&self) -> CnfParams<f64> {
+    pub fn params(&self) -> CnfParams<f64> {
         let cfg = CnfConfig {
             data_size: self.d,
             width: 1,
@@ -80,7 +80,7 @@ impl LinearCase {
         CnfParams::from_blocks(cfg, blocks).expect("valid linear case")
     }
     /// `A_b = diag(sigmoid(b2)) W1`.
-    fn matrix(&self, b: usize) -> Vec<f64> {
+    pub fn matrix(&self, b: usize) -> Vec<f64> {
         let (w1, b2) = &self.blocks[b];
         let d = self.d;
         (0..d * d)
@@ -198,7 +198,7 @@ pub struct ModelCase {
     pub x: Vec<f64>,
 }
 
-fn model_case(max_points: usize) -> impl Strategy<Value = ModelCase> {
+pub fn model_case(max_points: usize) -> impl Strategy<Value = ModelCase> {
     (
         1usize..=3,
         1usize..=8,
@@ -479,7 +479,7 @@ pub struct TrainCase {
     pub checkpointed: bool,
 }
 
-fn train_case() -> impl Strategy<Value = TrainCase> {
+pub fn train_case() -> impl Strategy<Value = TrainCase> {
     (
         2usize..=5,
         any::<u64>(),

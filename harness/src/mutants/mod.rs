@@ -3,6 +3,7 @@
 //!
 //! Names are CLI.md's and stable: other tools look for them.
 
+mod cnf_static_step;
 pub mod linesearch_rebuilt_objective;
 pub mod linesearch_weak_init;
 mod muon_captured_coeffs;
@@ -48,6 +49,7 @@ pub fn registry() -> Vec<Mutant> {
         linesearch_rebuilt_objective::mutant(),
         muon_captured_coeffs::mutant(),
         stack_vmap_fp32::mutant(),
+        cnf_static_step::mutant(),
     ]
 }
 

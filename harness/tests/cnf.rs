@@ -1,0 +1,255 @@
+//! The CNF laws hold on the reference and fail, with small counterexamples, on re-created bugs;
+//! bad input gives typed errors.
+
+mod common;
+
+use common::assert_law_holds;
+use harness::cnf::flow::{self, FlowMutation};
+use harness::cnf::{CnfConfig, CnfParams, Probe, TraceEstimator};
+use harness::laws::cnf::*;
+use harness::Error;
+
+fn two_block_linear() -> LinearCase {
+    // Non-commuting blocks (a shear and a rotation-like matrix), so block order matters.
+    LinearCase {
+        d: 2,
+        blocks: vec![
+            (vec![0.0, 1.0, 0.0, 0.0], vec![0.0, 0.0]),
+            (vec![0.5, 0.0, -1.0, 0.3], vec![1.0, -1.0]),
+        ],
+        x: vec![1.0, -2.0, 0.5, 0.5],
+        t1: 0.5,
+    }
+}
+
+fn small_model() -> ModelCase {
+    ModelCase {
+        cfg: CnfConfig {
+            data_size: 2,
+            width: 4,
+            depth: 1,
+            blocks: 2,
+            ..CnfConfig::default()
+        },
+        seed: 7,
+        scale: 1.0,
+        x: vec![0.3, -0.5, 1.0, 0.2],
+    }
+}
+
+#[test]
+fn cnf_linear_field_law_holds() {
+    assert_law_holds("cnf_linear_field_closed_form");
+}
+
+#[test]
+fn linear_law_catches_each_flow_mutation() {
+    let c = two_block_linear();
+    assert!(linear_closed_form_with(&c, reference_ll).is_ok());
+    for m in [
+        FlowMutation::ForwardBlockOrder,
+        FlowMutation::DeltaNotCarried,
+        FlowMutation::TraceSignFlipped,
+    ] {
+        let err = linear_closed_form_with(&c, mutant_ll(m)).unwrap_err();
+        assert!(err.contains("closed form"), "{m:?}: {err}");
+    }
+}
+
+#[test]
+fn linear_trace_term_alone_is_minus_t_times_trace() {
+    // f(z) = A z with A = 0.5 * diag(1, -3) (b2 = 0): log p(x) - log N(y(t0)) = -T tr(A) = 0.5.
+    let c = LinearCase {
+        d: 2,
+        blocks: vec![(vec![1.0, 0.0, 0.0, -3.0], vec![0.0, 0.0])],
+        x: vec![0.0, 0.0],
+        t1: 0.5,
+    };
+    let lp = reference_ll(&c.params(), &c.x).unwrap()[0];
+    let want = -(2.0 * std::f64::consts::PI).ln() + 0.5; // log N(0) in 2-D plus the trace term
+    assert!((lp - want).abs() < 1e-12, "{lp} vs {want}");
+}
+
+#[test]
+fn cnf_round_trip_and_normalisation_laws_hold() {
+    assert_law_holds("cnf_sample_then_evaluate");
+    assert_law_holds("cnf_density_normalised");
+}
+
+#[test]
+fn round_trip_law_fails_when_evaluation_does_not_reverse_the_blocks() {
+    // Sampling runs block 0 then 1; an evaluation that also runs 0 then 1 (backwards in time)
+    // does not invert it.
+    let c = small_model();
+    assert!(sample_then_evaluate_with(&c, reference_sample, reference_ll).is_ok());
+    let err =
+        sample_then_evaluate_with(&c, reference_sample, mutant_ll(FlowMutation::ForwardBlockOrder))
+            .unwrap_err();
+    assert!(err.contains("log p at sampling"), "{err}");
+}
+
+#[test]
+fn a_consistent_trace_sign_flip_passes_the_round_trip_but_not_normalisation() {
+    // Why both laws exist: flipping the sign in sampling and evaluation alike is self-consistent.
+    let c = ModelCase {
+        x: vec![0.0, 0.0],
+        ..small_model()
+    };
+    let flipped_sample: fn(&CnfParams<f64>, &[f64]) -> harness::Result<(Vec<f64>, Vec<f64>)> =
+        |p, z| flow::sample_mutant(p, z, None, FlowMutation::TraceSignFlipped);
+    let flipped = mutant_ll(FlowMutation::TraceSignFlipped);
+    assert!(sample_then_evaluate_with(&c, flipped_sample, flipped).is_ok());
+    let err = density_normalised_with(&c, flipped).unwrap_err();
+    assert!(err.contains("integrates to"), "{err}");
+}
+
+#[test]
+fn normalisation_law_fails_when_delta_is_not_carried() {
+    let c = ModelCase {
+        cfg: CnfConfig {
+            width: 4,
+            depth: 1,
+            blocks: 2,
+            ..CnfConfig::default()
+        },
+        seed: 3,
+        scale: 1.0,
+        x: vec![0.0, 0.0],
+    };
+    assert!(density_normalised_with(&c, reference_ll).is_ok());
+    let err = density_normalised_with(&c, mutant_ll(FlowMutation::DeltaNotCarried)).unwrap_err();
+    assert!(err.contains("integrates to"), "{err}");
+}
+
+#[test]
+fn cnf_trace_laws_hold() {
+    assert_law_holds("cnf_exact_trace_matches_fd");
+    assert_law_holds("cnf_hutchinson_unbiased");
+}
+
+#[test]
+fn exact_trace_law_fails_on_a_trace_that_reads_one_diagonal_entry() {
+    // The re-created bug: the trace of only the first tangent direction (J_00 instead of sum J_jj).
+    fn first_entry_only(p: &CnfParams<f64>, t: f64, y: &[f64]) -> Vec<f64> {
+        let d = p.cfg.data_size;
+        let n = y.len() / d;
+        let mut e = vec![0.0; n * d];
+        for i in 0..n {
+            e[i * d] = 1.0;
+        }
+        let field = harness::cnf::field::BlockField::new(
+            &p.layout,
+            &p.blocks[0],
+            n,
+            harness::cnf::field::Tangents::Probes(&e),
+        );
+        let (mut f, mut tr) = (vec![0.0; n * d], vec![0.0; n]);
+        field.eval_parts(t, y, &mut f, &mut tr);
+        tr
+    }
+    let c = small_model();
+    assert!(exact_trace_matches_fd_with(&c, exact_trace).is_ok());
+    let err = exact_trace_matches_fd_with(&c, first_entry_only).unwrap_err();
+    assert!(err.contains("finite differences"), "{err}");
+}
+
+#[test]
+fn hutchinson_law_fails_on_probes_with_variance_one_third() {
+    // Uniform[-1, 1) probes: E[eps eps^T] = I/3, so the estimate is biased to tr(J)/3.
+    fn uniform_probes(seed: u64, count: usize, d: usize) -> Vec<f64> {
+        let k = harness::cnf::random::key(seed, 1, 1);
+        (0..count * d)
+            .map(|i| 2.0 * harness::cnf::random::uniform01(k, i as u64) - 1.0)
+            .collect()
+    }
+    let c = ModelCase {
+        x: vec![0.4, -0.3],
+        scale: 1.5,
+        ..small_model()
+    };
+    assert!(hutchinson_unbiased_with(&c, [gaussian_probes, rademacher_probes]).is_ok());
+    let err = hutchinson_unbiased_with(&c, [uniform_probes, uniform_probes]).unwrap_err();
+    assert!(err.contains("standard errors"), "{err}");
+}
+
+#[test]
+fn cnf_loss_gradient_law_holds() {
+    assert_law_holds("cnf_loss_gradient_matches_fd");
+}
+
+#[test]
+fn gradient_law_fails_when_the_trace_is_detached_from_the_tape() {
+    let c = small_model();
+    assert!(loss_gradient_matches_fd_with(&c, flow::loss_and_grad).is_ok());
+    let err = loss_gradient_matches_fd_with(&c, flow::loss_and_grad_detached_trace).unwrap_err();
+    assert!(err.contains("finite differences"), "{err}");
+}
+
+#[test]
+fn bad_batches_are_typed_errors() {
+    let p = CnfParams::<f64>::init(
+        CnfConfig {
+            width: 4,
+            depth: 1,
+            blocks: 1,
+            ..CnfConfig::default()
+        },
+        0,
+    )
+    .unwrap();
+    assert!(matches!(
+        flow::log_likelihood(&p, &[1.0, 2.0, 3.0], None),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        flow::log_likelihood(&p, &[f64::NAN, 0.0], None),
+        Err(Error::InvalidHyper { name: "x", .. })
+    ));
+    assert!(matches!(
+        flow::log_likelihood(&p, &[0.0, 0.0], Some(&[1.0, 1.0][..])),
+        Err(Error::InvalidHyper { name: "probes", .. })
+    ));
+    assert_eq!(flow::log_likelihood(&p, &[], None).unwrap(), Vec::<f64>::new());
+    let hp = CnfParams::<f64>::init(
+        CnfConfig {
+            trace: TraceEstimator::Hutchinson(Probe::Gaussian),
+            ..p.cfg
+        },
+        0,
+    )
+    .unwrap();
+    assert!(matches!(
+        flow::log_likelihood(&hp, &[0.0, 0.0], Some(&[1.0][..])),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    // A huge input overflows |y|^2: a typed error naming the sample, not a NaN.
+    let err = flow::log_likelihood(&p, &[1e200, 0.0], None).unwrap_err();
+    assert!(matches!(err, Error::Overflow(_)), "{err}");
+}
+
+#[test]
+fn same_seed_gives_bit_identical_training() {
+    let c = TrainCase {
+        steps: 3,
+        seed: 11,
+        width: 3,
+        batch: 8,
+        hutchinson: true,
+        checkpointed: true,
+    };
+    let run = || {
+        let mut t = trainer_for(&c, None).unwrap();
+        let mut s = t.init().unwrap();
+        let mut losses = vec![];
+        for _ in 0..c.steps {
+            let (n, l) = t.step(&s).unwrap();
+            s = n;
+            losses.push(l.to_bits());
+        }
+        (losses, s.params)
+    };
+    let (a, pa) = run();
+    let (b, pb) = run();
+    assert_eq!(a, b);
+    harness::laws::bitwise_equal("params", &pa, &pb).unwrap();
+}

@@ -81,7 +81,7 @@ fn tiny_report_writes_every_file_with_data() {
     for r in &report.memory {
         assert_eq!(r.live_bytes.len(), steps, "{}", r.name);
         match r.name.as_str() {
-            "radam-cond-leak" | "linesearch-rebuilt-objective" => {
+            "radam-cond-leak" | "linesearch-rebuilt-objective" | "cnf-static-step" => {
                 assert_eq!(r.traces, steps, "{}", r.name)
             }
             "linesearch-weak-init" => assert_eq!(r.traces, 2),
@@ -101,7 +101,7 @@ fn tiny_report_writes_every_file_with_data() {
     for name in FILES
         .iter()
         .map(|s| s.to_string())
-        .chain(["adam", "radam", "muon", "linesearch"].map(|f| format!("memory-{f}.svg")))
+        .chain(["adam", "radam", "muon", "linesearch", "cnf"].map(|f| format!("memory-{f}.svg")))
     {
         let p = dir.0.join(&name);
         assert!(p.is_file(), "{name} missing");

@@ -41,8 +41,8 @@ pub const DEFAULT_GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtur
 
 impl ReportConfig {
     /// The CLI's report: every law and mutant, `fixtures/golden`, 50 steps of 4,096 parameters
-    /// (Muon: 64x64; line search: 1,024-dimensional Rosenbrock), init of 8 layers of
-    /// 256-1024-256 in f16.
+    /// (Muon: 64x64; line search: 1,024-dimensional Rosenbrock; CNF: width 16, batch 64), init
+    /// of 8 layers of 256-1024-256 in f16.
     pub fn full() -> Self {
         Self {
             law: None,
@@ -56,6 +56,8 @@ impl ReportConfig {
                 elements: 4096,
                 muon_side: 64,
                 linesearch_dim: 1024,
+                cnf_width: 16,
+                cnf_batch: 64,
             },
             stack: StackConfig::new(8, 256, 1024, crate::backend::DType::F16)
                 .expect("valid stack size"),
@@ -75,6 +77,8 @@ impl ReportConfig {
                 elements: 64,
                 muon_side: 8,
                 linesearch_dim: 4,
+                cnf_width: 4,
+                cnf_batch: 8,
             },
             stack: StackConfig::new(2, 16, 64, crate::backend::DType::F16)
                 .expect("valid stack size"),
@@ -358,10 +362,30 @@ pub fn write(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, String> {
         ),
         "traces",
         &names,
-        &[Bars {
-            name: "traces".into(),
-            values: report.memory.iter().map(|r| r.traces as f64).collect(),
-        }],
+        &[
+            Bars {
+                name: "reference".into(),
+                values: report
+                    .memory
+                    .iter()
+                    .map(|r| match r.mutant {
+                        None => r.traces as f64,
+                        Some(_) => f64::NAN,
+                    })
+                    .collect(),
+            },
+            Bars {
+                name: "mutant".into(),
+                values: report
+                    .memory
+                    .iter()
+                    .map(|r| match r.mutant {
+                        Some(_) => r.traces as f64,
+                        None => f64::NAN,
+                    })
+                    .collect(),
+            },
+        ],
         Scale::Linear,
     );
     save(dir, "traces.svg", &traces, &mut out)?;
@@ -523,8 +547,16 @@ pub fn summary(report: &Report, memory_charts: &[String]) -> String {
         "\n## Memory and traces over {} steps\n\nLive bytes after each step, above the live bytes \
          before the first (counting allocator, measured sequentially with nothing else running). \
          Adam/RAdam: one f32 leaf of {} parameters; Muon: a {}x{} f32 matrix and a {}-vector; \
-         line search: `sgd(1) + backtracking` on a {}-dimensional f64 Rosenbrock.\n",
-        sc.steps, sc.elements, sc.muon_side, sc.muon_side, sc.muon_side, sc.linesearch_dim
+         line search: `sgd(1) + backtracking` on a {}-dimensional f64 Rosenbrock; CNF: training \
+         steps of width {}, depth 2, one block, batch {} on two-moons.\n",
+        sc.steps,
+        sc.elements,
+        sc.muon_side,
+        sc.muon_side,
+        sc.muon_side,
+        sc.linesearch_dim,
+        sc.cnf_width,
+        sc.cnf_batch
     );
     let _ = writeln!(
         o,

@@ -27,12 +27,16 @@ pub struct StepConfig {
     pub muon_side: usize,
     /// Dimension of the line search's Rosenbrock (f64).
     pub linesearch_dim: usize,
+    /// Hidden width of the CNF trained (depth 2, one block, two-moons, exact trace).
+    pub cnf_width: usize,
+    /// Batch of the CNF training steps.
+    pub cnf_batch: usize,
 }
 
 /// One optimizer (or mutant) run over `steps` steps.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StepRun {
-    /// `adam`, `radam`, `muon` or `linesearch`: the chart the run is drawn on.
+    /// `adam`, `radam`, `muon`, `linesearch` or `cnf`: the chart the run is drawn on.
     pub family: &'static str,
     pub name: String,
     /// The re-created upstream bug this run is, if any.
@@ -158,8 +162,50 @@ fn muon_planned<P: CoeffPolicy>(
     ))
 }
 
+fn cnf_run(
+    cfg: &StepConfig,
+    name: &str,
+    mutation: Option<crate::cnf::train::Mutation>,
+) -> Result<StepRun> {
+    use crate::cnf::data::Dataset;
+    use crate::cnf::train::{TrainConfig, Trainer};
+    use crate::cnf::CnfConfig;
+    let c = CnfConfig {
+        width: cfg.cnf_width,
+        depth: 2,
+        blocks: 1,
+        ..CnfConfig::default()
+    };
+    let tc = TrainConfig {
+        batch: cfg.cnf_batch,
+        ..TrainConfig::default()
+    };
+    let mutant = mutation.is_some().then_some("diffrax #574");
+    let mut trainer = match mutation {
+        Some(m) => Trainer::mutant(c, tc, Dataset::TwoMoons, m)?,
+        None => Trainer::new(c, tc, Dataset::TwoMoons)?,
+    };
+    let mut state = trainer.init()?;
+    let live = record(cfg.steps, || {
+        state = trainer.step(&state)?.0;
+        Ok(())
+    })?;
+    Ok(finish(
+        "cnf",
+        name,
+        mutant,
+        if mutant.is_some() {
+            "cnf::train::Trainer step (Stage; step counter static)"
+        } else {
+            "cnf::train::Trainer step (Stage; step counter dynamic)"
+        },
+        trainer.traces(),
+        live,
+    ))
+}
+
 /// The names of the runs [`run_all`] makes, in order (for progress bars).
-pub const RUNS: [&str; 13] = [
+pub const RUNS: [&str; 15] = [
     "adam composed",
     "adam fused",
     "radam composed where",
@@ -173,6 +219,8 @@ pub const RUNS: [&str; 13] = [
     "linesearch",
     "linesearch-weak-init",
     "linesearch-rebuilt-objective",
+    "cnf train",
+    "cnf-static-step",
 ];
 
 /// Every run, sequentially; `tick(name)` is called before each. The caller holds
@@ -251,6 +299,10 @@ pub fn run_all(cfg: &StepConfig, mut tick: impl FnMut(&str)) -> Result<Vec<StepR
     let r = linesearch_run(cfg, RUNS[11], Some("optax #1171 / PR #1175"), &WeakInit);
     next(&mut out, r)?;
     let r = linesearch_run(cfg, RUNS[12], Some("optax #1171"), &RebuiltObjective);
+    next(&mut out, r)?;
+    let r = cnf_run(cfg, RUNS[13], None);
+    next(&mut out, r)?;
+    let r = cnf_run(cfg, RUNS[14], Some(crate::cnf::train::Mutation::StaticStep));
     next(&mut out, r)?;
     Ok(out)
 }

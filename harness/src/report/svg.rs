@@ -164,7 +164,7 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
     o
 }
 
-/// One named group member of a bar chart: a value per category (`NaN` draws no bar).
+/// One named group member of a bar chart: a value per category (`NaN`: none, and no slot).
 #[derive(Debug, Clone)]
 pub struct Bars {
     pub name: String,
@@ -292,9 +292,15 @@ pub fn bar_chart(
     let bar_w = ((group - 12.0) / k).min(40.0);
     for (c, cat) in categories.iter().enumerate() {
         let gx = left + c as f64 * (pw / n);
-        let x0 = gx + (pw / n - bar_w * k) / 2.0;
-        for (i, s) in series.iter().enumerate() {
-            let v = s.values.get(c).copied().unwrap_or(f64::NAN);
+        // series without a value here (NaN) take no slot: the others are centred
+        let present: Vec<(usize, f64)> = series
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, s.values.get(c).copied().unwrap_or(f64::NAN)))
+            .filter(|(_, v)| !v.is_nan())
+            .collect();
+        let x0 = gx + (pw / n - bar_w * present.len() as f64) / 2.0;
+        for (slot, &(i, v)) in present.iter().enumerate() {
             if !v.is_finite() || (scale == Scale::Log && v <= 0.0) {
                 continue;
             }
@@ -302,11 +308,11 @@ pub fn bar_chart(
             let _ = writeln!(
                 o,
                 r#"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}: {}</title></rect>"#,
-                x0 + i as f64 * bar_w,
+                x0 + slot as f64 * bar_w,
                 bar_w - 1.0,
                 base - y,
                 PALETTE[i % PALETTE.len()],
-                esc(&format!("{} / {cat}", s.name)),
+                esc(&format!("{} / {cat}", series[i].name)),
                 v
             );
         }

@@ -99,12 +99,21 @@ pub struct AllBench {
 /// Run every area (`on_area(name)` before each); an area that is not implemented is skipped
 /// with a note, any other error fails the run. Then compare each figure with the physical limit
 /// measured in the same run ([`attach_limits`]).
-pub fn all(quick: bool, mut on_area: impl FnMut(&str)) -> Result<AllBench> {
+pub fn all(quick: bool, on_area: impl FnMut(&str)) -> Result<AllBench> {
+    all_of(&AREAS, |a| run(a, quick), on_area)
+}
+
+/// [`all`] over `areas` with `run` producing each area's figures.
+pub fn all_of(
+    areas: &[&str],
+    mut run: impl FnMut(&str) -> Result<Vec<Figure>>,
+    mut on_area: impl FnMut(&str),
+) -> Result<AllBench> {
     let mut figures = Vec::new();
     let mut skipped = Vec::new();
-    for area in AREAS {
+    for &area in areas {
         on_area(area);
-        match run(area, quick) {
+        match run(area) {
             Ok(f) => figures.extend(f.into_iter().map(|mut f| {
                 f.area = Some(area.to_string());
                 f
@@ -576,6 +585,31 @@ mod tests {
             .unwrap()
             .contains("100 ns per step"));
         assert!(f.iter().all(|x| x.limit_source.is_some()));
+    }
+
+    #[test]
+    fn all_skips_a_not_implemented_area_with_a_note_and_fails_on_other_errors() {
+        let fake = |a: &str| match a {
+            "optim" => Ok(vec![
+                fig("copy_bandwidth_gbps", 10.0, "GB/s"),
+                fig("adam_fused_16m_gbps", 5.0, "GB/s"),
+            ]),
+            "cnf" => Err(Error::NotImplemented("bench area `cnf`".into())),
+            _ => Err(Error::InvalidHyper {
+                name: "AREA",
+                value: a.into(),
+                expected: "a test area".into(),
+            }),
+        };
+        let mut seen = vec![];
+        let r = all_of(&["optim", "cnf"], fake, |a| seen.push(a.to_string())).unwrap();
+        assert_eq!(seen, ["optim", "cnf"]);
+        assert_eq!(r.figures.len(), 2);
+        assert_eq!(r.figures[1].area.as_deref(), Some("optim"));
+        assert_eq!(r.figures[1].ratio, Some(0.5));
+        assert_eq!(r.skipped.len(), 1);
+        assert!(r.skipped[0].starts_with("cnf: skipped"), "{}", r.skipped[0]);
+        assert!(all_of(&["optim", "cnf", "bad"], fake, |_| {}).is_err());
     }
 
     #[test]

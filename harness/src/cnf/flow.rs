@@ -48,8 +48,7 @@ pub fn check_batch<A: Real>(cfg: &CnfConfig, x: &[A], probes: Option<&[A]>) -> R
             got: vec![x.len()],
         });
     }
-    let finite = |name: &'static str, v: &[A]| match v.iter().position(|a| !a.as_f64().is_finite())
-    {
+    let finite = |name: &'static str, v: &[A]| match v.iter().position(|a| !a.as_f64().is_finite()) {
         Some(i) => Err(Error::InvalidHyper {
             name,
             value: format!("{:?} at index {i}", v[i]),

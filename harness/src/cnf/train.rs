@@ -179,11 +179,7 @@ impl Trainer {
             cfg,
             train,
             data,
-            opt: adamw(
-                train.learning_rate,
-                AdamHyper::default(),
-                train.weight_decay,
-            )?,
+            opt: adamw(train.learning_rate, AdamHyper::default(), train.weight_decay)?,
             stage: Stage::new("cnf_train_step"),
             mutation: None,
         })

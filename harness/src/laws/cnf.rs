@@ -660,9 +660,9 @@ pub(crate) fn laws() -> Vec<Law> {
 #[doc(hidden)]
 pub fn mutant_ll(m: FlowMutation) -> Ll {
     match m {
-        FlowMutation::ForwardBlockOrder => {
-            |p, x| flow::log_likelihood_mutant(p, x, None, FlowMutation::ForwardBlockOrder)
-        }
+        FlowMutation::ForwardBlockOrder => |p, x| {
+            flow::log_likelihood_mutant(p, x, None, FlowMutation::ForwardBlockOrder)
+        },
         FlowMutation::DeltaNotCarried => {
             |p, x| flow::log_likelihood_mutant(p, x, None, FlowMutation::DeltaNotCarried)
         }

@@ -22,12 +22,25 @@ use crate::{Error, Result};
 use rayon::prelude::*;
 use std::time::Instant;
 
-/// One reported figure.
+/// One reported figure (`name`, `value`, `unit` as CLI.md; `bench all` adds the rest).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Figure {
     pub name: String,
     pub value: f64,
     pub unit: String,
+    /// The area that produced it (`bench all` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub area: Option<String>,
+    /// The physical limit this figure is compared with, in `unit` (`bench all` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<f64>,
+    /// Fraction of the limit reached: `value / limit` for rates, `limit / value` for times
+    /// (1 = at the limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    /// Where the limit comes from, or why there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_source: Option<String>,
 }
 
 fn fig(name: &str, value: f64, unit: &str) -> Figure {
@@ -35,6 +48,10 @@ fn fig(name: &str, value: f64, unit: &str) -> Figure {
         name: name.into(),
         value,
         unit: unit.into(),
+        area: None,
+        limit: None,
+        ratio: None,
+        limit_source: None,
     }
 }
 
@@ -59,19 +76,179 @@ pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
         "muon" => muon(quick),
         "stack" => stack(quick),
         "cnf" => cnf(quick),
-        "all" => Ok([
-            optim(quick)?,
-            muon(quick)?,
-            ode(quick)?,
-            cnf(quick)?,
-            stack(quick)?,
-        ]
-        .concat()),
+        "all" => all(quick, |_| {}).map(|a| a.figures),
         other => Err(Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
             expected: "one of optim, muon, ode, cnf, stack, all".into(),
         }),
+    }
+}
+
+/// The areas `all` runs, in order (`optim` first: its copy bandwidth is the others' limit).
+pub const AREAS: [&str; 5] = ["optim", "muon", "ode", "cnf", "stack"];
+
+/// What `bench all` measured: every figure with its limit, and the areas it skipped.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AllBench {
+    pub figures: Vec<Figure>,
+    /// One line per area that is not implemented in this build.
+    pub skipped: Vec<String>,
+}
+
+/// Run every area (`on_area(name)` before each); an area that is not implemented is skipped
+/// with a note, any other error fails the run. Then compare each figure with the physical limit
+/// measured in the same run ([`attach_limits`]).
+pub fn all(quick: bool, on_area: impl FnMut(&str)) -> Result<AllBench> {
+    all_of(&AREAS, |a| run(a, quick), on_area)
+}
+
+/// [`all`] over `areas` with `run` producing each area's figures.
+pub fn all_of(
+    areas: &[&str],
+    mut run: impl FnMut(&str) -> Result<Vec<Figure>>,
+    mut on_area: impl FnMut(&str),
+) -> Result<AllBench> {
+    let mut figures = Vec::new();
+    let mut skipped = Vec::new();
+    for &area in areas {
+        on_area(area);
+        match run(area) {
+            Ok(f) => figures.extend(f.into_iter().map(|mut f| {
+                f.area = Some(area.to_string());
+                f
+            })),
+            Err(Error::NotImplemented(what)) => skipped.push(format!(
+                "{area}: skipped ({what} is not implemented in this build)"
+            )),
+            Err(e) => return Err(e),
+        }
+    }
+    attach_limits(&mut figures);
+    Ok(AllBench { figures, skipped })
+}
+
+/// Newton–Schulz flops counted for the `ns5_1024_ms` limit: 5 iterations of the plain
+/// algorithm, 3 `n x n x n` products each (`A = X X^T`, `A A`, `B X`), `2 n^3` flops per product.
+pub fn ns5_flops(n: usize) -> f64 {
+    5.0 * 3.0 * 2.0 * (n as f64).powi(3)
+}
+
+/// Give each figure its limit from the figures measured in the same run: copy bandwidth for the
+/// optimizer and init rates, the GEMM rate for Newton–Schulz, a streaming bound for the line
+/// search; figures that are limits, ratios or counts say so.
+pub fn attach_limits(figures: &mut [Figure]) {
+    let get = |name: &str| figures.iter().find(|f| f.name == name).map(|f| f.value);
+    let copy = get("copy_bandwidth_gbps");
+    let gemm = get("gemm_1024_gflops");
+    let ls_evals = get("linesearch_rosenbrock_65536_evals");
+    let ode_steps = get("ode_lv_tsit5_1e-8_steps");
+    let rng = get("counter_rng_gelems");
+    let cnf_bound = get("cnf_train_step_gemm_bound_ms");
+    let rate = |f: &mut Figure, limit: Option<f64>, source: &str| {
+        if let Some(l) = limit.filter(|l| *l > 0.0) {
+            f.limit = Some(l);
+            f.ratio = Some(f.value / l);
+        }
+        f.limit_source = Some(source.into());
+    };
+    let time = |f: &mut Figure, ideal: Option<f64>, source: String| {
+        if let Some(l) = ideal.filter(|l| *l > 0.0) {
+            f.limit = Some(l);
+            f.ratio = Some(l / f.value);
+        }
+        f.limit_source = Some(source);
+    };
+    for f in figures.iter_mut() {
+        match f.name.as_str() {
+            "copy_bandwidth_gbps" => {
+                f.limit_source = Some("is the limit: read+write of a 256 MiB copy".into())
+            }
+            "gemm_1024_gflops" => {
+                f.limit_source = Some("is the limit: one 1024^3 f32 gemm, 2n^3 flops".into())
+            }
+            "adam_fused_16m_gbps" | "radam_fused_16m_gbps" => rate(
+                f,
+                copy,
+                "copy bandwidth (28 B/param: read g,p,m,v; write p,m,v)",
+            ),
+            "init_chunked_gbps" => rate(
+                f,
+                copy,
+                &format!(
+                    "copy bandwidth (bytes written count once){}",
+                    rng.map_or(String::new(), |r| format!(
+                        "; the generator alone makes {:.2} GB/s of f16",
+                        r * 2.0
+                    ))
+                ),
+            ),
+            "fresh_write_gbps" => rate(f, copy, "copy bandwidth (bytes written count once)"),
+            "ns5_1024_ms" => time(
+                f,
+                gemm.map(|g| ns5_flops(MUON_N) / (g * 1e9) * 1e3),
+                format!(
+                    "gemm rate: {:.3e} flops (5 x 3 products of 2n^3) / gemm_1024_gflops",
+                    ns5_flops(MUON_N)
+                ),
+            ),
+            "linesearch_rosenbrock_65536_ms" => time(
+                f,
+                copy.zip(ls_evals)
+                    .map(|(c, e)| (LINESEARCH_DIM * 8) as f64 * (e + 1.0) / (c * 1e9) * 1e3),
+                "copy bandwidth: write and read one f32 point (8 B/param) per evaluation, \
+                 evaluations + 1"
+                    .into(),
+            ),
+            "ns5_1024_15_gemms_ms" => {
+                f.limit_source =
+                    Some("is the ns5_1024_ms limit (15 gemms at the measured rate)".into())
+            }
+            "init_chunked_16x1024x4096_ms" => time(
+                f,
+                copy.map(|c| {
+                    let bytes = stack_bench_config().map_or(0, |c| c.final_bytes());
+                    bytes as f64 / (c * 1e9) * 1e3
+                }),
+                "copy bandwidth: the f16 model's bytes written once".into(),
+            ),
+            "train_step_w64_d3_b500_ms" => time(
+                f,
+                cnf_bound,
+                "f64 gemm rate: the step's product flops / gemm_f64_1500x64x64_gflops \
+                 (= cnf_train_step_gemm_bound_ms)"
+                    .into(),
+            ),
+            "cnf_loglik_b500_ms" => time(
+                f,
+                cnf_bound.map(|b| b / CNF_STEP_PER_FORWARD),
+                "f64 gemm rate: one forward solve's product flops / gemm_f64_1500x64x64_gflops"
+                    .into(),
+            ),
+            "gemm_f64_1500x64x64_gflops" => {
+                f.limit_source = Some("is the limit: f64 gemm of the CNF field's shape".into())
+            }
+            "cnf_train_step_gemm_bound_ms" => {
+                f.limit_source = Some("is the train_step_w64_d3_b500_ms limit".into())
+            }
+            "radam_allocs_per_step" => f.limit_source = Some("ideal: 0".into()),
+            "ode_lv_tsit5_1e-8_us" => {
+                let per_step = ode_steps.map_or(String::new(), |n| {
+                    format!(" ({:.0} ns per step)", f.value * 1e3 / n)
+                });
+                f.limit_source = Some(format!(
+                    "n/a: no measured machine limit fits a 2-D scalar solve{per_step}"
+                ))
+            }
+            "counter_rng_gelems" => {
+                f.limit_source = Some("n/a: the generator's own rate (bounds init compute)".into())
+            }
+            _ if f.unit == "ratio" => f.limit_source = Some("a ratio figure".into()),
+            _ if matches!(f.unit.as_str(), "steps" | "evaluations") => {
+                f.limit_source = Some("a count".into())
+            }
+            _ => f.limit_source = Some("n/a".into()),
+        }
     }
 }
 
@@ -303,6 +480,10 @@ pub fn cnf_eval_macs(cfg: &crate::cnf::CnfConfig, n: usize) -> f64 {
         .sum()
 }
 
+/// Product flops of a CNF training step in units of one forward solve: a plain forward solve,
+/// a recomputation of the states, the taped forward, and a backward of twice its products.
+pub const CNF_STEP_PER_FORWARD: f64 = 2.0 + 1.0 + 2.0;
+
 /// Area `cnf`: `train_step_w64_d3_b500_ms` (one full training step — batch draw, loss and
 /// gradient through 10 constant Tsit5 steps with the exact trace and the full tape, AdamW
 /// update — for width 64, depth 3, one block, batch 500, 2-D two-moons), the forward
@@ -360,7 +541,7 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
     let steps = ((cfg.t1 - cfg.t0) / cfg.dt0).round();
     let evals = steps * 6.0 + 1.0; // Tsit5 with FSAL
     let fwd_flops = 2.0 * evals * cnf_eval_macs(&cfg, tc.batch);
-    let step_flops = fwd_flops * (2.0 + 1.0 + 2.0);
+    let step_flops = fwd_flops * CNF_STEP_PER_FORWARD;
     let ideal_ms = step_flops / (gflops * 1e9) * 1e3;
     Ok(vec![
         fig("train_step_w64_d3_b500_ms", step_s * 1e3, "ms"),
@@ -373,4 +554,70 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
             "ratio",
         ),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_come_from_figures_of_the_same_run() {
+        let mut f = vec![
+            fig("copy_bandwidth_gbps", 20.0, "GB/s"),
+            fig("adam_fused_16m_gbps", 10.0, "GB/s"),
+            fig("gemm_1024_gflops", 50.0, "GFLOP/s"),
+            fig("ns5_1024_ms", 1000.0, "ms"),
+            fig("ode_lv_tsit5_1e-8_us", 20.0, "us"),
+            fig("ode_lv_tsit5_1e-8_steps", 200.0, "steps"),
+        ];
+        attach_limits(&mut f);
+        // a rate: value / copy bandwidth
+        assert_eq!((f[1].limit, f[1].ratio), (Some(20.0), Some(0.5)));
+        // a time: 30 n^3 flops at 50 GFLOP/s = 644.25 ms ideal, over 1000 ms measured
+        let ideal = 30.0 * 1024f64.powi(3) / 50e9 * 1e3;
+        assert_eq!(f[3].limit, Some(ideal));
+        assert_eq!(f[3].ratio, Some(ideal / 1000.0));
+        // no limit: none invented, the reason given
+        assert_eq!((f[4].limit, f[4].ratio), (None, None));
+        assert!(f[4]
+            .limit_source
+            .as_deref()
+            .unwrap()
+            .contains("100 ns per step"));
+        assert!(f.iter().all(|x| x.limit_source.is_some()));
+    }
+
+    #[test]
+    fn all_skips_a_not_implemented_area_with_a_note_and_fails_on_other_errors() {
+        let fake = |a: &str| match a {
+            "optim" => Ok(vec![
+                fig("copy_bandwidth_gbps", 10.0, "GB/s"),
+                fig("adam_fused_16m_gbps", 5.0, "GB/s"),
+            ]),
+            "cnf" => Err(Error::NotImplemented("bench area `cnf`".into())),
+            _ => Err(Error::InvalidHyper {
+                name: "AREA",
+                value: a.into(),
+                expected: "a test area".into(),
+            }),
+        };
+        let mut seen = vec![];
+        let r = all_of(&["optim", "cnf"], fake, |a| seen.push(a.to_string())).unwrap();
+        assert_eq!(seen, ["optim", "cnf"]);
+        assert_eq!(r.figures.len(), 2);
+        assert_eq!(r.figures[1].area.as_deref(), Some("optim"));
+        assert_eq!(r.figures[1].ratio, Some(0.5));
+        assert_eq!(r.skipped.len(), 1);
+        assert!(r.skipped[0].starts_with("cnf: skipped"), "{}", r.skipped[0]);
+        assert!(all_of(&["optim", "cnf", "bad"], fake, |_| {}).is_err());
+    }
+
+    #[test]
+    fn plain_figures_keep_the_cli_shape() {
+        let v = serde_json::to_value(fig("x", 1.0, "ms")).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"name": "x", "value": 1.0, "unit": "ms"})
+        );
+    }
 }

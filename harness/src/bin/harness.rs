@@ -32,6 +32,13 @@ enum Cmd {
         seed: Option<u64>,
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Also run the mutants, the golden cases and the memory, trace and init-peak
+        /// measurements, and write check.json, summary.md and SVG plots into DIR.
+        #[arg(long, value_name = "DIR")]
+        report: Option<PathBuf>,
+        /// Golden cases replayed by --report.
+        #[arg(long, value_name = "DIR", default_value = harness::report::full::DEFAULT_GOLDEN, requires = "report")]
+        golden: PathBuf,
     },
     /// Replay golden-v1 cases (files, or directories searched recursively for *.json).
     Golden {
@@ -121,6 +128,16 @@ fn main() -> ExitCode {
             cases,
             seed,
             json,
+            report: Some(dir),
+            golden,
+        } => check_report(law, cases, seed, json, &dir, golden),
+        Cmd::Check {
+            law,
+            cases,
+            seed,
+            json,
+            report: None,
+            ..
         } => check(law, cases, seed, json),
         Cmd::Golden { paths, json } => golden(paths, json),
         Cmd::Mutants { only, json } => mutants(only, json),
@@ -215,21 +232,25 @@ fn golden(paths: Vec<PathBuf>, json: Option<PathBuf>) -> Outcome {
     Ok(failed == 0 && !cases.is_empty())
 }
 
-fn check(
-    law: Option<String>,
-    cases: Option<u32>,
-    seed: Option<u64>,
-    json: Option<PathBuf>,
-) -> Outcome {
-    let reports = harness::laws::run_all(law.as_deref(), cases, seed);
-    if reports.is_empty() {
-        return Err(Usage(format!(
-            "--law {:?}: no law matches",
-            law.unwrap_or_default()
-        )));
+/// A progress bar on stderr when stderr is a terminal, hidden otherwise. It redraws only when
+/// advanced (no ticker thread allocating while memory is measured).
+fn progress() -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
     }
+    let bar = indicatif::ProgressBar::new(0);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed}] {wide_msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn law_table(reports: &[harness::laws::LawReport]) {
     let mut t = Table::new(&["law", "family", "cases", "result", "seconds"]);
-    for r in &reports {
+    for r in reports {
         t.row(vec![
             r.name.clone(),
             r.family.to_string(),
@@ -246,6 +267,72 @@ fn check(
             r.counterexample.as_deref().unwrap_or("")
         );
     }
+}
+
+fn check_report(
+    law: Option<String>,
+    cases: Option<u32>,
+    seed: Option<u64>,
+    json: Option<PathBuf>,
+    dir: &std::path::Path,
+    golden: PathBuf,
+) -> Outcome {
+    use harness::report::full::{collect, write, ReportConfig};
+    if let Some(p) = &law {
+        if !harness::laws::registry()
+            .iter()
+            .any(|l| l.name.contains(p.as_str()))
+        {
+            return Err(Usage(format!("--law {p:?}: no law matches")));
+        }
+    }
+    if !golden.is_dir() {
+        return Err(Usage(format!(
+            "--golden {}: not a directory",
+            golden.display()
+        )));
+    }
+    let cfg = ReportConfig {
+        law,
+        cases,
+        seed,
+        golden: Some(golden),
+        ..ReportConfig::full()
+    };
+    let report = collect(&cfg, &progress());
+    law_table(&report.laws);
+    let failed = report.laws.iter().filter(|r| !r.passed).count();
+    println!("{} passed, {} failed", report.laws.len() - failed, failed);
+    let missed = report.mutants.iter().filter(|m| !m.caught).count();
+    let gfail = report.golden.iter().filter(|g| !g.result.passed).count();
+    println!(
+        "mutants: {} caught, {missed} missed; golden: {} passed, {gfail} failed",
+        report.mutants.len() - missed,
+        report.golden.len() - gfail
+    );
+    for e in &report.errors {
+        println!("error: {e}");
+    }
+    let files = write(dir, &report).map_err(Usage)?;
+    println!("report: {} files in {}", files.len(), dir.display());
+    save(json, &serde_json::json!({ "laws": report.laws }))?;
+    Ok(report.all_held())
+}
+
+fn check(
+    law: Option<String>,
+    cases: Option<u32>,
+    seed: Option<u64>,
+    json: Option<PathBuf>,
+) -> Outcome {
+    let reports = harness::laws::run_all(law.as_deref(), cases, seed);
+    if reports.is_empty() {
+        return Err(Usage(format!(
+            "--law {:?}: no law matches",
+            law.unwrap_or_default()
+        )));
+    }
+    law_table(&reports);
     let failed = reports.iter().filter(|r| !r.passed).count();
     println!("{} passed, {} failed", reports.len() - failed, failed);
     save(json, &serde_json::json!({ "laws": reports }))?;
@@ -283,6 +370,9 @@ fn mutants(only: Option<String>, json: Option<PathBuf>) -> Outcome {
 }
 
 fn bench(area: &str, quick: bool, json: Option<PathBuf>) -> Outcome {
+    if area == "all" {
+        return bench_all(quick, json);
+    }
     let figures = harness::bench::run(area, quick).map_err(|e| Usage(e.to_string()))?;
     let mut t = Table::new(&["figure", "value", "unit"]);
     for f in &figures {
@@ -290,6 +380,64 @@ fn bench(area: &str, quick: bool, json: Option<PathBuf>) -> Outcome {
     }
     print!("{}", t.render());
     save(json, &serde_json::json!({"area": area, "figures": figures}))?;
+    Ok(true)
+}
+
+/// Every area in one table, each figure against the limit measured in the same run.
+fn bench_all(quick: bool, json: Option<PathBuf>) -> Outcome {
+    let bar = progress();
+    bar.set_length(harness::bench::AREAS.len() as u64);
+    let mut started = false;
+    let all = harness::bench::all(quick, |area| {
+        if started {
+            bar.inc(1);
+        }
+        started = true;
+        bar.set_message(format!("bench {area}"));
+    });
+    bar.finish_and_clear();
+    let all = all.map_err(|e| Usage(e.to_string()))?;
+    let mut t = Table::new(&[
+        "area",
+        "figure",
+        "value",
+        "unit",
+        "limit",
+        "ratio",
+        "limit from",
+    ]);
+    for f in &all.figures {
+        t.row(vec![
+            f.area.clone().unwrap_or_default(),
+            f.name.clone(),
+            num(f.value),
+            f.unit.clone(),
+            f.limit.map(num).unwrap_or_else(|| "-".into()),
+            f.ratio
+                .map(|r| format!("{r:.3}"))
+                .unwrap_or_else(|| "-".into()),
+            f.limit_source.clone().unwrap_or_default(),
+        ]);
+    }
+    print!("{}", t.render());
+    println!("ratio: fraction of the limit reached (rate / limit, or ideal time / time)");
+    if all
+        .figures
+        .iter()
+        .any(|f| f.name == "ns5_1024_ms" && f.ratio.is_some_and(|r| r > 1.0))
+    {
+        println!(
+            "ns5_1024_ms above 1: the limit counts the plain algorithm's 30 n^3 flops; the planned \
+             form computes only the upper halves of the symmetric products"
+        );
+    }
+    for s in &all.skipped {
+        println!("note: {s}");
+    }
+    save(
+        json,
+        &serde_json::json!({"area": "all", "figures": all.figures, "skipped": all.skipped}),
+    )?;
     Ok(true)
 }
 
@@ -450,7 +598,9 @@ fn train_cnf(a: TrainArgs) -> Outcome {
         ..TrainConfig::default()
     };
     let mut trainer = Trainer::new(cfg, tc, data).map_err(|e| Usage(format!("train-cnf: {e}")))?;
-    let state = trainer.init().map_err(|e| Usage(format!("train-cnf: {e}")))?;
+    let state = trainer
+        .init()
+        .map_err(|e| Usage(format!("train-cnf: {e}")))?;
     let bar = ProgressBar::new(a.steps as u64);
     bar.set_draw_target(ProgressDrawTarget::stderr());
     bar.set_style(
@@ -500,8 +650,8 @@ fn train_cnf(a: TrainArgs) -> Outcome {
         }
         let m = 0.15 * (hi - lo);
         let extent = (lo - m, hi + m, lo - m, hi + m);
-        let grid = density_grid(&params, extent, 48, 768)
-            .map_err(|e| Usage(format!("train-cnf: {e}")))?;
+        let grid =
+            density_grid(&params, extent, 48, 768).map_err(|e| Usage(format!("train-cnf: {e}")))?;
         let loss: Vec<(f64, f64)> = report
             .loss
             .iter()
@@ -525,8 +675,7 @@ fn train_cnf(a: TrainArgs) -> Outcome {
                 }],
             ),
         ]);
-        std::fs::write(path, doc)
-            .map_err(|e| Usage(format!("--svg {}: {e}", path.display())))?;
+        std::fs::write(path, doc).map_err(|e| Usage(format!("--svg {}: {e}", path.display())))?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = &a.json {

@@ -4,6 +4,20 @@ use crate::backend::{Array, Float};
 use crate::tolerance::Tol;
 use crate::tree::Tree;
 
+/// `|got - want| / (atol + rtol*|want|)`: the error as a multiple of its tolerance (0 for an exact
+/// match; infinite for a miss under a zero tolerance or a non-finite `got`).
+pub fn error_over_tolerance(got: f64, want: f64, atol: f64, rtol: f64) -> f64 {
+    let d = (got - want).abs();
+    let tol = atol + rtol * want.abs();
+    if d == 0.0 {
+        0.0
+    } else if d.is_nan() || tol == 0.0 {
+        f64::INFINITY
+    } else {
+        d / tol
+    }
+}
+
 /// Records every comparison of a case: the largest errors and the first mismatch.
 #[derive(Debug, Clone)]
 pub struct Comparator {
@@ -13,6 +27,7 @@ pub struct Comparator {
     max_rel: f64,
     first_failure: Option<String>,
     failures: usize,
+    ratios: Vec<f64>,
 }
 
 impl Comparator {
@@ -24,6 +39,7 @@ impl Comparator {
             max_rel: 0.0,
             first_failure: None,
             failures: 0,
+            ratios: Vec::new(),
         }
     }
     /// One value; `what` names it in the detail of the first failure.
@@ -35,6 +51,12 @@ impl Comparator {
             if want != 0.0 {
                 self.max_rel = self.max_rel.max(abs / want.abs());
             }
+            self.ratios.push(error_over_tolerance(
+                got,
+                want,
+                self.tol.atol,
+                self.tol.rtol,
+            ));
         }
         if !self.tol.close(got, want) {
             self.fail(format!("{}: got {got:e}, want {want:e}", what()));
@@ -79,6 +101,15 @@ impl Comparator {
         if !passed {
             self.fail(failure.unwrap_or_else(|| "mismatch".into()));
         }
+    }
+    /// Error-over-tolerance ratios of values compared elsewhere (see [`Self::error_ratios`]).
+    pub fn extend_ratios(&mut self, ratios: &[f64]) {
+        self.ratios.extend_from_slice(ratios);
+    }
+    /// `|got - want| / (atol + rtol*|want|)` of every finite pair compared so far: below 1 is
+    /// within tolerance (the report's histogram of golden errors).
+    pub fn error_ratios(&self) -> &[f64] {
+        &self.ratios
     }
     /// A failure that is not a value comparison (an error of the reference, say).
     pub fn fail(&mut self, msg: String) {

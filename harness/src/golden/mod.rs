@@ -9,7 +9,7 @@ mod format;
 mod linesearch;
 mod optimizer;
 
-pub use compare::Comparator;
+pub use compare::{error_over_tolerance, Comparator};
 pub use format::{parse_tensor, parse_tree, Case};
 
 use crate::{Error, Result};
@@ -24,6 +24,10 @@ pub struct CaseResult {
     pub max_abs_err: f64,
     pub max_rel_err: f64,
     pub detail: String,
+    /// Every compared number's `|got - want| / (atol + rtol*|want|)` (not serialised: the
+    /// report plots their distribution).
+    #[serde(skip)]
+    pub error_ratios: Vec<f64>,
 }
 
 /// Files named by `paths`: files as given, directories searched recursively for `*.json`
@@ -92,6 +96,7 @@ pub fn replay(case: &Case) -> Result<CaseResult> {
                     f.max_rel_err,
                     f.first_mismatch.clone(),
                 );
+                cmp.extend_ratios(&f.error_ratios);
             }
         }),
         "linesearch" => linesearch::replay(case, &mut cmp),
@@ -112,6 +117,7 @@ pub fn replay(case: &Case) -> Result<CaseResult> {
         passed: cmp.passed(),
         max_abs_err: cmp.max_abs_err(),
         max_rel_err: cmp.max_rel_err(),
+        error_ratios: cmp.error_ratios().to_vec(),
         detail,
     })
 }

@@ -11,6 +11,7 @@ mod radam_cond_leak;
 mod radam_unsafe_where;
 mod stack_vmap_fp32;
 
+pub use radam_cond_leak::CondLeak;
 pub use stack_vmap_fp32::VmapFp32;
 
 use std::time::Instant;

@@ -21,6 +21,19 @@ pub struct CondLeak {
     stage: Stage<Tree<f32>>,
 }
 
+impl CondLeak {
+    /// The leaking stepper for `params` (default hyperparameters, learning rate 1e-3).
+    pub fn new(params: &Tree<f32>) -> Result<Self> {
+        let opt = optim::radam(1e-3, Default::default(), Selection::Branch)?;
+        let state = opt.init(params)?;
+        Ok(Self {
+            opt,
+            state,
+            stage: Stage::new("radam_cond"),
+        })
+    }
+}
+
 impl Stepper for CondLeak {
     fn step(&mut self, params: &mut Tree<f32>, grads: &Tree<f32>) -> Result<()> {
         let count = self.state.0.count;
@@ -47,15 +60,8 @@ pub fn mutant() -> Mutant {
         law: "radam_steps_trace_once_memory_flat",
         run: || {
             let _g = crate::probe::exclusive();
-            let make = |p: &Tree<f32>| -> Result<Box<dyn Stepper>> {
-                let opt = optim::radam(1e-3, Default::default(), Selection::Branch)?;
-                let state = opt.init(p)?;
-                Ok(Box::new(CondLeak {
-                    opt,
-                    state,
-                    stage: Stage::new("radam_cond"),
-                }))
-            };
+            let make =
+                |p: &Tree<f32>| -> Result<Box<dyn Stepper>> { Ok(Box::new(CondLeak::new(p)?)) };
             let _ = leaf::<f32>;
             run_memory_law("radam_steps_trace_once_memory_flat", 8, DEFAULT_SEED, &make)
         },

@@ -38,6 +38,8 @@ pub struct FieldCheck {
     pub max_rel_err: f64,
     /// The first failing element, or a length mismatch, in words.
     pub first_mismatch: Option<String>,
+    /// `|got - want| / (atol + rtol*|want|)` of every finite expected value compared.
+    pub error_ratios: Vec<f64>,
 }
 
 /// Comparison of one integer count.
@@ -452,6 +454,7 @@ fn compare(
         max_abs_err: 0.0,
         max_rel_err: 0.0,
         first_mismatch: None,
+        error_ratios: Vec::with_capacity(got.len().min(want.len())),
     };
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let ok = if w.is_nan() {
@@ -472,6 +475,12 @@ fn compare(
                 d / w.abs()
             };
             check.max_rel_err = check.max_rel_err.max(rel);
+            let tol = atol + rtol * w.abs();
+            check.error_ratios.push(match d {
+                0.0 => 0.0,
+                _ if tol == 0.0 => f64::INFINITY,
+                _ => d / tol,
+            });
             d <= atol + rtol * w.abs()
         };
         if !ok {

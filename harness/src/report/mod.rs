@@ -1,5 +1,10 @@
-//! Human tables on stdout and the JSON files of CLI.md.
+//! Human tables on stdout, the JSON files of CLI.md, SVG charts ([`svg`]) and the directory
+//! report of `harness check --report DIR` ([`full`], measuring through [`probes`]).
 
+#[cfg(feature = "mutants")]
+pub mod full;
+#[cfg(feature = "mutants")]
+pub mod probes;
 pub mod svg;
 
 use std::io::Write;

@@ -1,4 +1,6 @@
-//! Hand-written SVG line charts: one polyline per series, axes with ticks, a legend.
+//! Hand-written SVG charts: line charts (one polyline per series) and grouped bar charts (one
+//! `<rect>` per bar, linear or log-10 value axis; a histogram is a bar chart of bin counts), with
+//! axes, ticks and a legend.
 //!
 //! Guarantees: the output is a complete, standalone SVG 1.1 document; names are XML-escaped;
 //! empty series are skipped; a chart with no points still renders its axes.
@@ -41,14 +43,21 @@ fn label(x: f64) -> String {
     if x == x.round() && x.abs() < 1e7 {
         format!("{x:.0}")
     } else {
-        format!("{x:.2}")
+        let s = format!("{x:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
     }
 }
 
-/// Render a line chart (800 x 500).
+/// Render a line chart (500 high; 800 wide, wider when the legend's names are long).
 pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
-    let (w, h) = (800.0, 500.0);
-    let (left, right, top, bottom) = (80.0, 220.0, 40.0, 60.0);
+    let longest = series
+        .iter()
+        .map(|s| s.name.chars().count())
+        .max()
+        .unwrap_or(0) as f64;
+    let right = (50.0 + longest * 7.0).max(220.0);
+    let (w, h) = (580.0 + right, 500.0);
+    let (left, top, bottom) = (80.0, 40.0, 60.0);
     let (pw, ph) = (w - left - right, h - top - bottom);
     let pts = series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
@@ -155,6 +164,197 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
     o
 }
 
+/// One named group member of a bar chart: a value per category (`NaN`: none, and no slot).
+#[derive(Debug, Clone)]
+pub struct Bars {
+    pub name: String,
+    pub values: Vec<f64>,
+}
+
+/// The value axis of a bar chart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    Linear,
+    /// Log 10 from half a decade below the smallest positive value; values `<= 0` draw no bar.
+    Log,
+}
+
+fn svg_open(o: &mut String, w: f64, h: f64, title: &str, center: f64) {
+    let _ = writeln!(
+        o,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(o, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        o,
+        r#"<text x="{center}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
+        esc(title)
+    );
+}
+
+fn sci(x: f64) -> String {
+    if (1e-3..1e5).contains(&x) {
+        let s = format!("{x}");
+        if s.len() <= 6 {
+            return s;
+        }
+    }
+    format!("{x:.0e}")
+}
+
+/// Render a grouped bar chart: one group per category, one bar per series in each group, the
+/// categories' labels slanted under the axis. Width grows with the number of bars (at least 800).
+pub fn bar_chart(
+    title: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[Bars],
+    scale: Scale,
+) -> String {
+    let series: Vec<&Bars> = series.iter().filter(|s| !s.values.is_empty()).collect();
+    let k = series.len().max(1) as f64;
+    let n = categories.len().max(1) as f64;
+    let longest = categories
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(1) as f64;
+    let longest_name = series
+        .iter()
+        .map(|s| s.name.chars().count())
+        .max()
+        .unwrap_or(0) as f64;
+    let legend = if series.len() > 1 {
+        (50.0 + longest_name * 7.0).max(200.0)
+    } else {
+        30.0
+    };
+    let (left, top) = (80.0, 40.0);
+    let bottom = 45.0 + longest * 5.2; // labels slanted at 45 degrees, ~7.3 px per character
+    let group = (k * 18.0 + 12.0).max(40.0);
+    let pw = (n * group).max(800.0 - left - legend);
+    let (w, ph) = (left + pw + legend, 320.0);
+    let h = top + ph + bottom;
+    let vals = series
+        .iter()
+        .flat_map(|s| s.values.iter().copied())
+        .filter(|v| v.is_finite());
+    let mut o = String::new();
+    svg_open(&mut o, w, h, title, left + pw / 2.0);
+    // value axis: a value's position t (the value, or its log10) in [t0, t1], and the ticks
+    let log = scale == Scale::Log;
+    let (t0, t1, ticks): (f64, f64, Vec<(f64, String)>) = if log {
+        let pos: Vec<f64> = vals.filter(|&v| v > 0.0).collect();
+        let lo = pos.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = pos.iter().copied().fold(0f64, f64::max);
+        // half a decade below the smallest value, so that its bar has a visible height
+        let (t0, d1) = if pos.is_empty() {
+            (0.0, 1.0)
+        } else {
+            let t0 = lo.log10().floor() - 0.5;
+            (t0, hi.log10().ceil().max(t0 + 1.0))
+        };
+        let ticks = (t0.ceil() as i32..=d1 as i32)
+            .map(|d| (10f64.powi(d), sci(10f64.powi(d))))
+            .collect();
+        (t0, d1, ticks)
+    } else {
+        let hi = vals.fold(0f64, f64::max);
+        let step = tick_step(hi, 5.0);
+        let hi = if hi <= 0.0 {
+            1.0
+        } else {
+            (hi / step).ceil() * step
+        };
+        let ticks = (0..)
+            .map(|i| i as f64 * step)
+            .take_while(|&y| y <= hi + step * 1e-9)
+            .map(|y| (y, label(y)))
+            .collect();
+        (0.0, hi, ticks)
+    };
+    let sy = |v: f64| {
+        let t = if log { v.log10() } else { v };
+        top + ph - (t - t0) / (t1 - t0) * ph
+    };
+    for (y, text) in &ticks {
+        let py = sy(*y);
+        let _ = writeln!(
+            o,
+            r##"<line x1="{left}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            left + pw,
+            left - 6.0,
+            py + 4.0,
+            esc(text)
+        );
+    }
+    let base = top + ph;
+    let bar_w = ((group - 12.0) / k).min(40.0);
+    for (c, cat) in categories.iter().enumerate() {
+        let gx = left + c as f64 * (pw / n);
+        // series without a value here (NaN) take no slot: the others are centred
+        let present: Vec<(usize, f64)> = series
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, s.values.get(c).copied().unwrap_or(f64::NAN)))
+            .filter(|(_, v)| !v.is_nan())
+            .collect();
+        let x0 = gx + (pw / n - bar_w * present.len() as f64) / 2.0;
+        for (slot, &(i, v)) in present.iter().enumerate() {
+            if !v.is_finite() || (scale == Scale::Log && v <= 0.0) {
+                continue;
+            }
+            let y = sy(v).min(base);
+            let _ = writeln!(
+                o,
+                r#"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}: {}</title></rect>"#,
+                x0 + slot as f64 * bar_w,
+                bar_w - 1.0,
+                base - y,
+                PALETTE[i % PALETTE.len()],
+                esc(&format!("{} / {cat}", series[i].name)),
+                v
+            );
+        }
+        let lx = gx + pw / n / 2.0;
+        let ly = top + ph + 14.0;
+        let _ = writeln!(
+            o,
+            r#"<text transform="translate({lx:.1},{ly:.1}) rotate(-45)" text-anchor="end">{}</text>"#,
+            esc(cat)
+        );
+    }
+    let _ = writeln!(
+        o,
+        r##"<path d="M{left},{top} V{} H{}" fill="none" stroke="#000"/>"##,
+        top + ph,
+        left + pw
+    );
+    let _ = writeln!(
+        o,
+        r#"<text transform="translate(20,{}) rotate(-90)" text-anchor="middle">{}</text>"#,
+        top + ph / 2.0,
+        esc(y_label)
+    );
+    if series.len() > 1 {
+        for (i, s) in series.iter().enumerate() {
+            let ly = top + 10.0 + 20.0 * i as f64;
+            let lx = left + pw + 15.0;
+            let _ = writeln!(
+                o,
+                r#"<rect x="{lx}" y="{}" width="14" height="14" fill="{}"/><text x="{}" y="{}">{}</text>"#,
+                ly - 7.0,
+                PALETTE[i % PALETTE.len()],
+                lx + 20.0,
+                ly + 4.0,
+                esc(&s.name)
+            );
+        }
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +373,37 @@ mod tests {
         assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
         assert_eq!(s.matches("<polyline").count(), 1);
         assert!(s.contains("a&lt;b"));
+    }
+
+    #[test]
+    fn bars_are_rects_and_log_scale_skips_zeros() {
+        let cats = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        let s = bar_chart(
+            "t",
+            "count",
+            &cats,
+            &[Bars {
+                name: "s".into(),
+                values: vec![1.0, 0.0, 100.0],
+            }],
+            Scale::Log,
+        );
+        assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
+        // background + two bars (the zero draws none); the bar of 1 is not flat
+        assert_eq!(s.matches("<rect").count(), 3);
+        assert!(!s.contains(r#"height="0.0""#));
+        assert!(s.contains(">100</text>"), "decade ticks 1, 10, 100");
+        let lin = bar_chart(
+            "t",
+            "n",
+            &cats,
+            &[Bars {
+                name: "s".into(),
+                values: vec![1.0, 0.0, 3.0],
+            }],
+            Scale::Linear,
+        );
+        assert_eq!(lin.matches("<rect").count(), 4);
     }
 
     #[test]

@@ -82,9 +82,12 @@ fn round_trip_law_fails_when_evaluation_does_not_reverse_the_blocks() {
     // does not invert it.
     let c = small_model();
     assert!(sample_then_evaluate_with(&c, reference_sample, reference_ll).is_ok());
-    let err =
-        sample_then_evaluate_with(&c, reference_sample, mutant_ll(FlowMutation::ForwardBlockOrder))
-            .unwrap_err();
+    let err = sample_then_evaluate_with(
+        &c,
+        reference_sample,
+        mutant_ll(FlowMutation::ForwardBlockOrder),
+    )
+    .unwrap_err();
     assert!(err.contains("log p at sampling"), "{err}");
 }
 
@@ -95,7 +98,7 @@ fn a_consistent_trace_sign_flip_passes_the_round_trip_but_not_normalisation() {
         x: vec![0.0, 0.0],
         ..small_model()
     };
-    let flipped_sample: fn(&CnfParams<f64>, &[f64]) -> harness::Result<(Vec<f64>, Vec<f64>)> =
+    let flipped_sample: Sampler =
         |p, z| flow::sample_mutant(p, z, None, FlowMutation::TraceSignFlipped);
     let flipped = mutant_ll(FlowMutation::TraceSignFlipped);
     assert!(sample_then_evaluate_with(&c, flipped_sample, flipped).is_ok());
@@ -209,7 +212,10 @@ fn bad_batches_are_typed_errors() {
         flow::log_likelihood(&p, &[0.0, 0.0], Some(&[1.0, 1.0][..])),
         Err(Error::InvalidHyper { name: "probes", .. })
     ));
-    assert_eq!(flow::log_likelihood(&p, &[], None).unwrap(), Vec::<f64>::new());
+    assert_eq!(
+        flow::log_likelihood(&p, &[], None).unwrap(),
+        Vec::<f64>::new()
+    );
     let hp = CnfParams::<f64>::init(
         CnfConfig {
             trace: TraceEstimator::Hutchinson(Probe::Gaussian),

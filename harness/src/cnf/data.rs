@@ -154,7 +154,9 @@ impl ImageDensity {
         let height = num(token()?)?;
         let maxval = num(token()?)?;
         if width == 0 || height == 0 || width > 1 << 14 || height > 1 << 14 {
-            return Err(format!("size {width}x{height} must be in 1..=16384 per side"));
+            return Err(format!(
+                "size {width}x{height} must be in 1..=16384 per side"
+            ));
         }
         if maxval == 0 || maxval > 65535 {
             return Err(format!("maxval {maxval} must be in 1..=65535"));
@@ -237,7 +239,10 @@ impl ImageDensity {
             .min(self.cdf.len() - 1);
         let (cx, cy) = Self::centre(self.width, self.height, i);
         let (x, y) = (cx - 0.5 + ux, cy - 0.5 + uy);
-        ((x - self.mean.0) / self.std.0, (y - self.mean.1) / self.std.1)
+        (
+            (x - self.mean.0) / self.std.0,
+            (y - self.mean.1) / self.std.1,
+        )
     }
 }
 
@@ -294,8 +299,17 @@ mod tests {
 
     #[test]
     fn malformed_pgm_is_a_clear_error() {
-        for bad in [&b"P2\n2 2\n255\n0 1 2"[..], b"P6\n1 1\n255\n0", b"P2\n1 1\n255\n255\n", b"P5\n4 4\n255\n\x00"] {
-            assert!(ImageDensity::from_pgm(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        for bad in [
+            &b"P2\n2 2\n255\n0 1 2"[..],
+            b"P6\n1 1\n255\n0",
+            b"P2\n1 1\n255\n255\n",
+            b"P5\n4 4\n255\n\x00",
+        ] {
+            assert!(
+                ImageDensity::from_pgm(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

@@ -163,7 +163,7 @@ pub fn eval_block<A: Real>(
                     *u = (*u + b) * s + c;
                 }
                 for r in 0..k * n {
-                    w.du[r * out + j] = w.du[r * out + j] * s;
+                    w.du[r * out + j] *= s;
                 }
             }
             if last {

@@ -41,14 +41,15 @@ pub fn log_normal<A: Real>(y: &[A]) -> A {
 /// Check a batch `x` (`n x d` flat) and optional probes; returns `n`.
 pub fn check_batch<A: Real>(cfg: &CnfConfig, x: &[A], probes: Option<&[A]>) -> Result<usize> {
     let d = cfg.data_size;
-    if x.len() % d != 0 {
+    if !x.len().is_multiple_of(d) {
         return Err(Error::ShapeMismatch {
             leaf: "x".into(),
             expected: vec![x.len() / d, d],
             got: vec![x.len()],
         });
     }
-    let finite = |name: &'static str, v: &[A]| match v.iter().position(|a| !a.as_f64().is_finite()) {
+    let finite = |name: &'static str, v: &[A]| match v.iter().position(|a| !a.as_f64().is_finite())
+    {
         Some(i) => Err(Error::InvalidHyper {
             name,
             value: format!("{:?} at index {i}", v[i]),
@@ -101,6 +102,7 @@ fn opts() -> SolveOptions {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 /// Solve one block's augmented state `z` over `[from, to]` with the constant step `dt`.
 fn block_solve<A: Real>(
     params: &CnfParams<A>,
@@ -194,7 +196,7 @@ fn mutate_delta<A: Real>(m: Option<FlowMutation>, nd: usize, before: &[A], after
     match m {
         Some(FlowMutation::DeltaNotCarried) => {
             for (a, b) in after[nd..].iter_mut().zip(&before[nd..]) {
-                *a = *a - *b;
+                *a -= *b;
             }
         }
         Some(FlowMutation::TraceSignFlipped) => {

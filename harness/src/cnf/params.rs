@@ -31,8 +31,8 @@ impl<E: Float> CnfParams<E> {
                 for l in &layout.layers {
                     let fan = |off: usize, len: usize, fan_in: usize, th: &mut [E]| {
                         let lim = 1.0 / (fan_in as f64).sqrt();
-                        for i in off..off + len {
-                            th[i] = E::of_f64((2.0 * uniform01(k, i as u64) - 1.0) * lim);
+                        for (i, v) in th.iter_mut().enumerate().skip(off).take(len) {
+                            *v = E::of_f64((2.0 * uniform01(k, i as u64) - 1.0) * lim);
                         }
                     };
                     fan(l.w1, l.out * l.inp, l.inp, &mut theta);

@@ -13,9 +13,10 @@
 use super::config::Layout;
 use super::field::{eval_block, Tangents, Work};
 use crate::backend::{
-    device, reuse2, taped_add_row, taped_as_matrix, taped_concat, taped_const2, taped_flatten,
-    taped_matmul_t, taped_mul_row, taped_one_minus_sq, taped_range, taped_reuse,
-    taped_row_dot_const, taped_scale, taped_sigmoid, taped_tanh, taped_values, taped_const, Graph, Taped, Taped2,
+    device, reuse2, taped_add_row, taped_as_matrix, taped_concat, taped_const, taped_const2,
+    taped_flatten, taped_matmul_t, taped_mul_row, taped_one_minus_sq, taped_range, taped_reuse,
+    taped_row_dot_const, taped_scale, taped_sigmoid, taped_tanh, taped_values, Graph, Taped,
+    Taped2,
 };
 use crate::ode::grad::DiffField;
 use std::cell::RefCell;

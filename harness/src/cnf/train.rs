@@ -179,7 +179,11 @@ impl Trainer {
             cfg,
             train,
             data,
-            opt: adamw(train.learning_rate, AdamHyper::default(), train.weight_decay)?,
+            opt: adamw(
+                train.learning_rate,
+                AdamHyper::default(),
+                train.weight_decay,
+            )?,
             stage: Stage::new("cnf_train_step"),
             mutation: None,
         })
@@ -393,7 +397,7 @@ pub fn density_grid(
     for part in pts.chunks(2 * chunk.max(1)) {
         match super::flow::log_likelihood(&exact, part, None) {
             Ok(lp) => values.extend(lp.into_iter().map(f64::exp)),
-            Err(_) => values.extend(std::iter::repeat(f64::NAN).take(part.len() / 2)),
+            Err(_) => values.extend(std::iter::repeat_n(f64::NAN, part.len() / 2)),
         }
     }
     Ok(crate::report::svg::Grid {

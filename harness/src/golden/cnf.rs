@@ -109,7 +109,8 @@ fn weights<A: Real>(case: &Case, cfg: &CnfConfig) -> Result<Vec<Vec<A>>> {
 
 fn run<A: Real>(case: &Case, cmp: &mut Comparator) -> Result<()> {
     let cfg = config(case)?;
-    cfg.validate().map_err(|e| case.err(format!("model: {e}")))?;
+    cfg.validate()
+        .map_err(|e| case.err(format!("model: {e}")))?;
     let blocks = weights::<A>(case, &cfg)?;
     let params = CnfParams::from_blocks(cfg, blocks).map_err(|e| case.err(e.to_string()))?;
     let x: Array<A> = parse_tensor(case, case.at("x")?, "x")?;

@@ -236,7 +236,7 @@ impl ModelCase {
     }
 }
 
-type Sampler = fn(&CnfParams<f64>, &[f64]) -> crate::Result<(Vec<f64>, Vec<f64>)>;
+pub type Sampler = fn(&CnfParams<f64>, &[f64]) -> crate::Result<(Vec<f64>, Vec<f64>)>;
 
 /// The implementation under test.
 pub fn reference_sample(p: &CnfParams<f64>, z: &[f64]) -> crate::Result<(Vec<f64>, Vec<f64>)> {
@@ -673,9 +673,9 @@ pub(crate) fn laws() -> Vec<Law> {
 #[doc(hidden)]
 pub fn mutant_ll(m: FlowMutation) -> Ll {
     match m {
-        FlowMutation::ForwardBlockOrder => |p, x| {
-            flow::log_likelihood_mutant(p, x, None, FlowMutation::ForwardBlockOrder)
-        },
+        FlowMutation::ForwardBlockOrder => {
+            |p, x| flow::log_likelihood_mutant(p, x, None, FlowMutation::ForwardBlockOrder)
+        }
         FlowMutation::DeltaNotCarried => {
             |p, x| flow::log_likelihood_mutant(p, x, None, FlowMutation::DeltaNotCarried)
         }

@@ -523,20 +523,24 @@ pub fn cnf(data: &[u8]) -> Result<(), String> {
     let layout = Layout::new(&cfg);
     let pick = |v: &[f64], i: usize| if v.is_empty() { 0.0 } else { v[i % v.len()] };
     let blocks: Vec<Vec<f64>> = (0..cfg.blocks)
-        .map(|b| (0..layout.len).map(|i| pick(&x.weights, b * layout.len + i)).collect())
+        .map(|b| {
+            (0..layout.len)
+                .map(|i| pick(&x.weights, b * layout.len + i))
+                .collect()
+        })
         .collect();
     let n = x.points.len().min(8 * cfg.data_size) / cfg.data_size;
     let pts = &x.points[..n * cfg.data_size];
     let probes: Vec<f64> = (0..pts.len()).map(|i| pick(&x.probes, i)).collect();
-    fn check<A: Real>(
-        p: &CnfParams<A>,
-        pts: &[A],
-        probes: Option<&[A]>,
-    ) -> Result<(), String> {
+    fn check<A: Real>(p: &CnfParams<A>, pts: &[A], probes: Option<&[A]>) -> Result<(), String> {
         match flow::log_likelihood(p, pts, probes) {
             Ok(lp) => {
                 if lp.len() != pts.len() / p.cfg.data_size {
-                    return Err(format!("{} log-densities for {} points", lp.len(), pts.len()));
+                    return Err(format!(
+                        "{} log-densities for {} points",
+                        lp.len(),
+                        pts.len()
+                    ));
                 }
                 if let Some(v) = lp.iter().find(|v| !v.as_f64().is_finite()) {
                     return Err(format!("non-finite log-density {v:?} returned as Ok"));

@@ -241,8 +241,11 @@ pub fn gradient_of<F: DiffField + ?Sized>(
 /// `dL/dy(t1)`: given, or computed from `y(t1)`.
 enum Cotangent<'a> {
     Given(&'a [f64]),
-    Of(Box<dyn FnOnce(&[f64]) -> Result<Vec<f64>> + 'a>),
+    Of(CotangentFn<'a>),
 }
+
+/// A cotangent computed from the final state.
+type CotangentFn<'a> = Box<dyn FnOnce(&[f64]) -> Result<Vec<f64>> + 'a>;
 
 /// Deliberately wrong variants of [`gradient`], for showing that the gradient laws can fail.
 #[doc(hidden)]

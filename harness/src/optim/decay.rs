@@ -51,9 +51,15 @@ impl<E: Float> Transform<E> for AddDecayedWeights {
                 .zip(pa.data())
                 .map(|(&x, &q)| E::from_acc(x.to_acc() + wd * q.to_acc()))
                 .collect();
-            Ok((name.clone(), crate::backend::Array::new(ua.shape().to_vec(), data)?))
+            Ok((
+                name.clone(),
+                crate::backend::Array::new(ua.shape().to_vec(), data)?,
+            ))
         });
-        Ok((Tree::from_leaves(leaves.collect::<Result<Vec<_>>>()?)?, NoState))
+        Ok((
+            Tree::from_leaves(leaves.collect::<Result<Vec<_>>>()?)?,
+            NoState,
+        ))
     }
 }
 

@@ -1,0 +1,80 @@
+//! Reviewed CNF numerics (`cargo insta review`; CI never writes snapshots): log-likelihoods of a
+//! fixed model in f64 and f32 (exact and Hutchinson trace), and the first training losses of a
+//! fixed seed, rounded to 6 significant digits.
+
+use harness::cnf::data::Dataset;
+use harness::cnf::train::{TrainConfig, Trainer};
+use harness::cnf::{flow, CnfConfig, CnfParams, Probe, TraceEstimator};
+
+/// Round to 6 significant digits so snapshots survive last-bit changes but not real ones.
+fn r6(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let s = 10f64.powi(5 - x.abs().log10().floor() as i32);
+    (x * s).round() / s
+}
+
+const POINTS: [f64; 10] = [0.0, 0.0, 1.0, -0.5, -2.0, 1.5, 0.3, 3.0, -4.0, -4.0];
+
+#[derive(serde::Serialize)]
+struct LogLik {
+    model: String,
+    exact_f64: Vec<f64>,
+    exact_f32: Vec<f64>,
+    hutchinson_rademacher_f64: Vec<f64>,
+}
+
+#[test]
+fn log_likelihoods_of_a_fixed_model() {
+    let cfg = CnfConfig {
+        width: 8,
+        depth: 2,
+        blocks: 2,
+        ..CnfConfig::default()
+    };
+    let p = CnfParams::<f64>::init(cfg, 0).unwrap();
+    let exact = flow::log_likelihood(&p, &POINTS, None).unwrap();
+    let p32 = p.cast::<f32>();
+    let x32: Vec<f32> = POINTS.iter().map(|&v| v as f32).collect();
+    let exact32 = flow::log_likelihood(&p32, &x32, None).unwrap();
+    let hp = CnfParams {
+        cfg: CnfConfig {
+            trace: TraceEstimator::Hutchinson(Probe::Rademacher),
+            ..cfg
+        },
+        ..p.clone()
+    };
+    let probes = [1.0, -1.0, -1.0, 1.0, 1.0, 1.0, -1.0, -1.0, 1.0, -1.0];
+    let hutch = flow::log_likelihood(&hp, &POINTS, Some(&probes)).unwrap();
+    insta::assert_json_snapshot!(LogLik {
+        model: "init seed 0, 2 blocks, width 8, depth 2, Tsit5 dt0 0.05 on [0, 0.5]".into(),
+        exact_f64: exact.iter().map(|&v| r6(v)).collect(),
+        exact_f32: exact32.iter().map(|&v| r6(v as f64)).collect(),
+        hutchinson_rademacher_f64: hutch.iter().map(|&v| r6(v)).collect(),
+    });
+}
+
+#[test]
+fn first_training_losses_of_a_fixed_seed() {
+    let cfg = CnfConfig {
+        width: 8,
+        depth: 1,
+        blocks: 1,
+        ..CnfConfig::default()
+    };
+    let tc = TrainConfig {
+        batch: 64,
+        seed: 0,
+        ..TrainConfig::default()
+    };
+    let mut t = Trainer::new(cfg, tc, Dataset::TwoMoons).unwrap();
+    let mut s = t.init().unwrap();
+    let mut losses = vec![];
+    for _ in 0..8 {
+        let (next, l) = t.step(&s).unwrap();
+        s = next;
+        losses.push(r6(l));
+    }
+    insta::assert_json_snapshot!(losses);
+}

@@ -489,8 +489,8 @@ pub const CNF_STEP_PER_FORWARD: f64 = 2.0 + 1.0 + 2.0;
 /// update — for width 64, depth 3, one block, batch 500, 2-D two-moons), the forward
 /// log-likelihood of the same batch, and the limit: the step's matrix-product flops divided by
 /// the f64 gemm rate of a `1500 x 64 x 64` product measured in the same run. The step's
-/// products are: one forward solve and one recomputation of the states (plain), the taped
-/// forward, and a backward pass of twice the taped forward's products.
+/// products are: one plain forward pass computing the states (constant-step times need no
+/// solve), the taped forward, and a backward pass of twice the taped forward's products.
 fn cnf(quick: bool) -> Result<Vec<Figure>> {
     use crate::backend::{gemm_into, Operand};
     use crate::cnf::data::Dataset;

@@ -132,6 +132,18 @@ impl DiffField for LotkaVolterra {
     }
 }
 
+/// `f = 0` on `R^d` (step placement of constant-step solves).
+struct ZeroField(usize);
+
+impl VectorField<f64> for ZeroField {
+    fn eval(&self, _t: f64, _y: &[f64], dy: &mut [f64]) {
+        dy.fill(0.0);
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.0)
+    }
+}
+
 /// A [`DiffField`] at fixed parameters, as a plain [`VectorField`] for the forward solve.
 struct AtTheta<'a, F: ?Sized> {
     field: &'a F,
@@ -344,11 +356,22 @@ fn gradient_impl<F: DiffField + ?Sized>(
         field,
         theta: &theta,
     };
-    solve_observed(&at, tab, controller, t0, t1, y0, &fwd_opts, |ev| {
+    let record = |ev: &crate::ode::StepEvent<f64>| {
         if ev.accepted {
             ts.push(ev.t_end);
         }
-    })?;
+    };
+    match controller {
+        // A constant step's times do not depend on the state: place them with a zero field of
+        // the same dimension instead of paying for a forward pass that the sweep repeats.
+        Controller::Constant(_) => {
+            let zero = ZeroField(d);
+            solve_observed(&zero, tab, controller, t0, t1, y0, &fwd_opts, record)?;
+        }
+        Controller::Pid(_) => {
+            solve_observed(&at, tab, controller, t0, t1, y0, &fwd_opts, record)?;
+        }
+    }
     let n = ts.len() - 1;
     let (checkpoints, c_eff) = match mode {
         GradMode::FullTape => (n, n),

@@ -311,7 +311,13 @@ fn main() {
     let filter = args.iter().find(|a| !a.starts_with('-'));
     let (mut passed, mut failed) = (0, 0);
     for (name, f) in tests {
-        if filter.is_some_and(|p| if exact { name != p } else { !name.contains(p.as_str()) }) {
+        if filter.is_some_and(|p| {
+            if exact {
+                name != p
+            } else {
+                !name.contains(p.as_str())
+            }
+        }) {
             continue;
         }
         match std::panic::catch_unwind(f) {

@@ -15,11 +15,16 @@
 #   MUTANTS_TESTS    cargo target selection for the build and the test run, e.g.
 #                    "--lib --test laws --test golden" (default: every test target of harness,
 #                    i.e. the whole `cargo test --release` suite)
+#   MUTANTS_OPT_LEVEL  opt-level of the harness crate alone in mutant builds (default: the
+#                    release profile's 3). Each mutant rebuilds harness and its test binaries;
+#                    at 1 that is much cheaper, and the dependencies stay optimised and cached.
 #   MUTANTS_JOBS     mutants built and tested in parallel, each in its own scratch copy (default 1)
 #   MUTANTS_TIMEOUT  seconds one test run may take (default: cargo-mutants' own, from the baseline)
 #   MUTANTS_BASELINE run (default) or skip: skip the test run of the unmutated tree (needs
 #                    MUTANTS_TIMEOUT; for repeated runs over a tree known to pass)
 #   MUTANTS_OUT      report directory (default fixtures/mutants)
+#   MUTANTS_TMPDIR   where cargo-mutants makes its scratch copy (default: the repository's parent
+#                    directory, see below)
 #   MUTANTS_LIST=1   only list the mutants that would run, with their count, and exit
 #   CARGO_TARGET_DIR if set, the scratch copies build there (keeps the dependencies cached
 #                    between runs); unset, each run builds in its scratch copy's own target/
@@ -52,6 +57,9 @@ if [[ -n "${MUTANTS_SHARD:-}" ]]; then args+=(--shard "$MUTANTS_SHARD"); fi
 if [[ -n "${MUTANTS_TIMEOUT:-}" ]]; then args+=(--timeout "$MUTANTS_TIMEOUT"); fi
 args+=(--baseline "${MUTANTS_BASELINE:-run}")
 for a in ${MUTANTS_TESTS:-}; do args+=("--cargo-arg=$a"); done
+if [[ -n "${MUTANTS_OPT_LEVEL:-}" ]]; then
+  args+=("--cargo-arg=--config=profile.release.package.harness.opt-level=$MUTANTS_OPT_LEVEL")
+fi
 
 if [[ "${MUTANTS_LIST:-0}" == 1 ]]; then
   cargo mutants "${args[@]}" --list
@@ -62,6 +70,11 @@ fi
 # Each mutant changes one function of the harness crate: with incremental compilation only the
 # codegen units it touches are rebuilt (dependencies are never incremental, so they stay cached).
 export CARGO_PROFILE_RELEASE_INCREMENTAL="${CARGO_PROFILE_RELEASE_INCREMENTAL:-true}"
+
+# cargo-mutants copies the tree into $TMPDIR. Some unit tests read fixtures beside the repository
+# (harness/src/ode/golden.rs: <crate>/../../shared/golden/examples), so by default the copy is
+# made beside the repository, where that relative path resolves as it does in the checkout.
+export TMPDIR="${MUTANTS_TMPDIR:-$(dirname "$(pwd)")}"
 
 mkdir -p "$OUT"
 scratch="$(mktemp -d)"

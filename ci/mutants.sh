@@ -12,6 +12,8 @@
 #   MUTANTS_FILES    space-separated files or directories to mutate (default: the reference
 #                    modules harness/src/{optim,ode,stack,stage,cnf}; missing ones are skipped)
 #   MUTANTS_SHARD    k/n: run only shard k (0-based) of n, cargo-mutants --shard (default: all)
+#   MUTANTS_RE       only mutants whose name matches this regex (cargo-mutants --re), e.g. to
+#                    re-test a missed mutant after adding the test that should kill it
 #   MUTANTS_TESTS    cargo target selection for the build and the test run, e.g.
 #                    "--lib --test laws --test golden" (default: every test target of harness,
 #                    i.e. the whole `cargo test --release` suite)
@@ -54,6 +56,7 @@ if [[ ! " ${args[*]} " =~ " --file=" ]]; then
   exit 2
 fi
 if [[ -n "${MUTANTS_SHARD:-}" ]]; then args+=(--shard "$MUTANTS_SHARD"); fi
+if [[ -n "${MUTANTS_RE:-}" ]]; then args+=(--re "$MUTANTS_RE"); fi
 if [[ -n "${MUTANTS_TIMEOUT:-}" ]]; then args+=(--timeout "$MUTANTS_TIMEOUT"); fi
 args+=(--baseline "${MUTANTS_BASELINE:-run}")
 for a in ${MUTANTS_TESTS:-}; do args+=("--cargo-arg=$a"); done
@@ -103,7 +106,7 @@ score = 100.0 * n["caught"] / viable if viable else float("nan")
 missed = [l for l in (out / "missed.txt").read_text().splitlines() if l.strip()]
 tpath = res / "timeout.txt"
 timeouts = [l for l in tpath.read_text().splitlines() if l.strip()] if tpath.exists() else []
-eq = out / "equivalent.md"
+eq = pathlib.Path("fixtures/mutants/equivalent.md")
 eq_text = eq.read_text() if eq.exists() else ""
 def short(m):
     return m.split(": ", 1)[1] if ": " in m else m

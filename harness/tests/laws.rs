@@ -122,3 +122,37 @@ fn reference_rectifier_is_nan_exactly_where_optax_is() {
     assert_eq!(h.rectification(1).rho_t, 1.0);
     assert!((1..=10).all(|t| h.rectification(t).r_where().is_finite()));
 }
+
+#[test]
+fn static_key_changes_with_every_adam_and_radam_hyperparameter() {
+    // The static key is what `jax.jit` would close over: two optimizers that differ in any
+    // hyperparameter must not share a trace.
+    use harness::optim::{adam, radam, AdamHyper, RadamHyper, Selection, Transform};
+    let base = AdamHyper::default();
+    let variants = [
+        AdamHyper { b1: 0.5, ..base },
+        AdamHyper { b2: 0.9, ..base },
+        AdamHyper { eps: 1e-6, ..base },
+        AdamHyper {
+            eps_root: 1e-8,
+            ..base
+        },
+        AdamHyper {
+            nesterov: true,
+            ..base
+        },
+    ];
+    let adam_key = |h: AdamHyper| Transform::<f32>::static_key(&adam(0.1, h).unwrap());
+    let radam_key = |h: AdamHyper| {
+        let hyper = RadamHyper {
+            moments: h,
+            ..RadamHyper::default()
+        };
+        Transform::<f32>::static_key(&radam(0.1, hyper, Selection::Where).unwrap())
+    };
+    assert_eq!(adam_key(base), adam_key(AdamHyper::default()));
+    for v in variants {
+        assert_ne!(adam_key(v), adam_key(base), "adam {v:?}");
+        assert_ne!(radam_key(v), radam_key(base), "radam {v:?}");
+    }
+}

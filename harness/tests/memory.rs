@@ -358,10 +358,29 @@ fn main() {
             ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound,
         ),
     ];
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    if flag("--list") {
+        // libtest's listing protocol (`--list --format terse`), so that cargo-nextest can list this
+        // binary and then run each test alone with `--exact NAME`. None is `#[ignore]`d.
+        if !flag("--ignored") {
+            for (name, _) in &tests {
+                println!("{name}: test");
+            }
+        }
+        return;
+    }
+    let exact = flag("--exact");
+    let filter = args.iter().find(|a| !a.starts_with('-'));
     let (mut passed, mut failed) = (0, 0);
     for (name, f) in tests {
-        if filter.as_deref().is_some_and(|p| !name.contains(p)) {
+        if filter.is_some_and(|p| {
+            if exact {
+                name != p
+            } else {
+                !name.contains(p.as_str())
+            }
+        }) {
             continue;
         }
         match std::panic::catch_unwind(f) {

@@ -531,6 +531,22 @@ mod tests {
     }
 
     #[test]
+    fn row_sum_defect_is_the_largest_row_error() {
+        // Rows: sum() - 0 = 0, 0.5 - 0.5 = 0, (0.25 + 0.5) - 1 = -0.25: the defect is 0.25.
+        let t = Tableau::new(
+            "inconsistent",
+            vec![0.0, 0.5, 1.0],
+            vec![vec![], vec![0.5], vec![0.25, 0.5]],
+            vec![0.25, 0.25, 0.5],
+            None,
+            1,
+            false,
+        )
+        .unwrap();
+        assert_eq!(t.row_sum_defect(), 0.25);
+    }
+
+    #[test]
     fn every_builtin_row_sum_equals_its_node() {
         for m in Solver::ALL {
             let t = m.tableau();

@@ -94,6 +94,40 @@ mod tests {
     }
 
     #[test]
+    fn mix64_over_golden_steps_is_the_splitmix64_stream() {
+        // Vigna's splitmix64.c seeded with x = 0: its first three outputs.
+        let expected = [
+            0xE220_A839_7B1D_CDAF,
+            0x6E78_9E6A_A1B9_65F4,
+            0x06C4_5D18_8009_454F,
+        ];
+        for (i, e) in expected.into_iter().enumerate() {
+            assert_eq!(mix64(GOLDEN.wrapping_mul(i as u64 + 1)), e);
+        }
+    }
+
+    #[test]
+    fn uniform_at_is_the_top_24_bits_of_the_stream_centred_and_scaled() {
+        // (splitmix64 output i >> 40) - 2^23, times 2^-23: 0xE220A8 - 0x800000 = 6430888, etc.
+        let expected: [i32; 3] = [6_430_888, -1_148_770, -7_945_123];
+        for (i, e) in expected.into_iter().enumerate() {
+            assert_eq!(uniform_at(0, i as u64), e as f32 / (1u32 << 23) as f32);
+        }
+    }
+
+    #[test]
+    fn stream_key_and_init_value_match_an_independent_implementation() {
+        // stream_key(1, 2, 3) by a Python transcription of the module docs' construction.
+        assert_eq!(stream_key(1, 2, 3), 0x78B4_F317_1ECA_8C7F);
+        // limit = 1/sqrt(fan_in): 1/4 for 16 (exact); init_value = uniform * limit.
+        assert_eq!(limit(16), 0.25);
+        assert_eq!(limit(1), 1.0);
+        let u = uniform(1, 2, 3, 4);
+        assert_eq!(init_value(1, 2, 3, 4, 16), u * 0.25);
+        assert_eq!(u, uniform_at(0x78B4_F317_1ECA_8C7F, 4));
+    }
+
+    #[test]
     fn streams_differ_by_seed_layer_and_tensor() {
         let a = uniform(1, 0, 0, 0);
         assert_ne!(a, uniform(2, 0, 0, 0));

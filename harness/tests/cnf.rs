@@ -271,7 +271,12 @@ fn committed_pgm_image_loads_and_samples_on_its_strokes() {
     // standardised: the sample mean is near 0 and the spread near 1 (closed form of the
     // standardisation; 200 samples give standard errors ~0.07)
     let mean = pts.iter().step_by(2).sum::<f64>() / 200.0;
-    let var = pts.iter().step_by(2).map(|v| (v - mean).powi(2)).sum::<f64>() / 200.0;
+    let var = pts
+        .iter()
+        .step_by(2)
+        .map(|v| (v - mean).powi(2))
+        .sum::<f64>()
+        / 200.0;
     assert!(mean.abs() < 0.3 && (var - 1.0).abs() < 0.35, "{mean} {var}");
     assert!(Dataset::parse("no-such-set").is_err());
 }

@@ -54,6 +54,15 @@ impl TrainBlock {
     }
 }
 
+/// `n x d` rows, each the unit vector `e_j`.
+fn unit_rows(n: usize, d: usize, j: usize) -> Vec<f64> {
+    let mut e = vec![0.0; n * d];
+    for row in e.chunks_exact_mut(d) {
+        row[j] = 1.0;
+    }
+    e
+}
+
 impl DiffField for TrainBlock {
     fn dim(&self) -> usize {
         self.n * (self.layout.data_size + 1)
@@ -87,13 +96,7 @@ impl DiffField for TrainBlock {
         // Initial tangents: e_j for every sample (exact), or the probes.
         let mut dh: Vec<Taped2> = match &self.probes {
             None => (0..d)
-                .map(|j| {
-                    let mut e = vec![0.0; n * d];
-                    for i in 0..n {
-                        e[i * d + j] = 1.0;
-                    }
-                    taped_const2(&dev, n, d, e)
-                })
+                .map(|j| taped_const2(&dev, n, d, unit_rows(n, d, j)))
                 .collect(),
             Some(p) => vec![taped_const2(&dev, n, d, p.clone())],
         };
@@ -134,13 +137,7 @@ impl DiffField for TrainBlock {
             None => du
                 .into_iter()
                 .enumerate()
-                .map(|(j, t)| {
-                    let mut e = vec![0.0; n * d];
-                    for i in 0..n {
-                        e[i * d + j] = 1.0;
-                    }
-                    taped_row_dot_const(t, e)
-                })
+                .map(|(j, t)| taped_row_dot_const(t, unit_rows(n, d, j)))
                 .reduce(|a, b| a + b)
                 .expect("data_size >= 1"),
             Some(p) => du

@@ -244,13 +244,16 @@ fn cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows() {
     let err = train_trace_once_with(&c, Some(Mutation::StaticStep)).unwrap_err();
     assert!(err.contains("traced 2 times"), "{err}");
     // The cache keeps one plan per step: live bytes grow with every step.
-    let mut t = trainer_for(&c, Some(Mutation::StaticStep)).unwrap();
-    let mut s = t.init().unwrap();
-    let mut live = vec![];
-    for _ in 0..4 {
-        s = t.step(&s).unwrap().0;
-        live.push(harness::probe::counters().live_bytes);
-    }
+    let live = harness::laws::cnf::measurement_pool().install(|| {
+        let mut t = trainer_for(&c, Some(Mutation::StaticStep)).unwrap();
+        let mut s = t.init().unwrap();
+        let mut live = vec![];
+        for _ in 0..4 {
+            s = t.step(&s).unwrap().0;
+            live.push(harness::probe::counters().live_bytes);
+        }
+        live
+    });
     assert!(
         live.windows(2).all(|w| w[1] > w[0]),
         "mutant live bytes per step: {live:?}"

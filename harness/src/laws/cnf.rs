@@ -537,11 +537,20 @@ pub fn trainer_for(c: &TrainCase, mutation: Option<Mutation>) -> crate::Result<T
 /// may first take part at any step — a one-time cost per thread, not growth per step, that would
 /// otherwise make the measurement flaky. (Results do not depend on the thread count: tested.)
 pub fn train_trace_once_with(c: &TrainCase, mutation: Option<Mutation>) -> Result<(), String> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .map_err(|e| e.to_string())?;
-    pool.install(|| train_trace_once_on_this_pool(c, mutation))
+    measurement_pool().install(|| train_trace_once_on_this_pool(c, mutation))
+}
+
+/// The one-thread rayon pool memory measurements of training run on. It lives for the whole
+/// process: a pool that is dropped lets its thread exit (and free its scratch) at some later
+/// moment, in the middle of another measurement.
+pub fn measurement_pool() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("a one-thread pool")
+    })
 }
 
 fn train_trace_once_on_this_pool(c: &TrainCase, mutation: Option<Mutation>) -> Result<(), String> {

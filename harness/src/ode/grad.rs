@@ -427,7 +427,7 @@ fn gradient_impl<F: DiffField + ?Sized>(
         d_y0: lambda,
         d_theta: g_theta,
         y_final,
-        ts: ts.clone(), // the sweep (which may hold the caller's cotangent) borrows `ts`
+        ts,
         checkpoints,
         forward_steps,
     })
@@ -436,7 +436,7 @@ fn gradient_impl<F: DiffField + ?Sized>(
 /// The reverse sweep's buffers, driven by a checkpoint schedule ([`checkpoint::Sweep`]): the
 /// working state `y`, the checkpoint stack (capacity fixed up front: `c` states), the adjoint
 /// `lambda = dL/dy_k` and the accumulated `dL/dtheta`.
-struct ReverseSweep<'a, F: ?Sized> {
+struct ReverseSweep<'a, 'c, F: ?Sized> {
     field: &'a F,
     tab: &'a Tableau,
     ts: &'a [f64],
@@ -451,11 +451,11 @@ struct ReverseSweep<'a, F: ?Sized> {
     round_ckpt: bool,
     drop_stage: Option<usize>,
     /// Taken when `y_final` is first known (just before the first VJP).
-    cotangent: Option<Cotangent<'a>>,
+    cotangent: Option<Cotangent<'c>>,
     error: Option<Error>,
 }
 
-impl<F: DiffField + ?Sized> ReverseSweep<'_, F> {
+impl<F: DiffField + ?Sized> ReverseSweep<'_, '_, F> {
     /// Turn the cotangent into `lambda` once `y_final` is known; later VJPs are skipped after
     /// an error.
     fn resolve(&mut self) {
@@ -503,7 +503,7 @@ impl<F: DiffField + ?Sized> ReverseSweep<'_, F> {
     }
 }
 
-impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, F> {
+impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, '_, F> {
     fn advance(&mut self, from: usize, to: usize) {
         for k in from..to {
             self.stepper.step(self.ts[k], self.ts[k + 1], &mut self.y);

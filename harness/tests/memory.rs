@@ -293,14 +293,6 @@ fn ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound() {
 fn main() {
     let tests: [(&str, fn()); 17] = [
         (
-            "cnf_training_traces_once_and_memory_stays_flat",
-            cnf_training_traces_once_and_memory_stays_flat,
-        ),
-        (
-            "cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows",
-            cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows,
-        ),
-        (
             "muon_planned_newton_schulz_allocates_nothing_after_the_first_call",
             muon_planned_newton_schulz_allocates_nothing_after_the_first_call,
         ),
@@ -359,6 +351,14 @@ fn main() {
         (
             "ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound",
             ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound,
+        ),
+        (
+            "cnf_training_traces_once_and_memory_stays_flat",
+            cnf_training_traces_once_and_memory_stays_flat,
+        ),
+        (
+            "cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows",
+            cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows,
         ),
     ];
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -167,17 +167,16 @@ fn muon_planned_newton_schulz_allocates_nothing_after_the_first_call() {
     use harness::optim::muon::{orthogonalize_composed, NsPlan};
     let _g = harness::probe::exclusive();
     let c = Array::new(vec![3], vec![3.4445, -4.775, 2.0315]).unwrap();
-    for (r, cl) in [(64, 200), (130, 90), (512, 400)] {
+    // All planned measurements first: the composed form runs dfdx's rayon-parallel products,
+    // and a rayon worker that first takes part late allocates its per-thread gemm scratch
+    // whenever it wakes — possibly inside a later planned measurement (seen once under load).
+    let shapes = [(64, 200), (130, 90), (512, 400)];
+    let mut planned = Vec::new();
+    for (r, cl) in shapes {
         let x: Vec<f32> = (0..r * cl).map(|i| ((i as f32) * 0.37).sin()).collect();
         let mut plan = NsPlan::<f32>::new(r, cl);
         let w3 = planned_ns_allocates_nothing(&mut plan, &x, 3).unwrap();
-        let xa = Array::new(vec![r, cl], x.clone()).unwrap();
-        let composed = harness::probe::measure(|| orthogonalize_composed(&xa, &c, 5, 1e-8)).1;
-        assert!(composed.allocations > 0, "{r}x{cl}: {composed:?}");
-        println!(
-            "  {r}x{cl} ({} threads): planned {} allocations in 3 calls, peak {} B; composed {} allocations, peak {} B",
-            plan.threads(), w3.allocations, w3.peak_above_baseline, composed.allocations, composed.peak_above_baseline
-        );
+        planned.push((plan.threads(), w3));
     }
     // bigger than GEMM_PARALLEL_MIN, so the products really are split, on 1 to 3 threads
     let (r, cl) = (300, 256);
@@ -185,6 +184,16 @@ fn muon_planned_newton_schulz_allocates_nothing_after_the_first_call() {
     for threads in 1..=3 {
         let mut plan = NsPlan::<f32>::new(r, cl).with_threads(threads);
         planned_ns_allocates_nothing(&mut plan, &x, 2).unwrap();
+    }
+    for ((r, cl), (threads, w3)) in shapes.into_iter().zip(planned) {
+        let x: Vec<f32> = (0..r * cl).map(|i| ((i as f32) * 0.37).sin()).collect();
+        let xa = Array::new(vec![r, cl], x.clone()).unwrap();
+        let composed = harness::probe::measure(|| orthogonalize_composed(&xa, &c, 5, 1e-8)).1;
+        assert!(composed.allocations > 0, "{r}x{cl}: {composed:?}");
+        println!(
+            "  {r}x{cl} ({} threads): planned {} allocations in 3 calls, peak {} B; composed {} allocations, peak {} B",
+            threads, w3.allocations, w3.peak_above_baseline, composed.allocations, composed.peak_above_baseline
+        );
     }
 }
 

@@ -7,6 +7,7 @@ use common::assert_law_holds;
 use harness::cnf::flow::{self, FlowMutation};
 use harness::cnf::{CnfConfig, CnfParams, Probe, TraceEstimator};
 use harness::laws::cnf::*;
+use harness::ode::grad::GradMode;
 use harness::Error;
 
 fn two_block_linear() -> LinearCase {
@@ -186,6 +187,48 @@ fn gradient_law_fails_when_the_trace_is_detached_from_the_tape() {
     assert!(loss_gradient_matches_fd_with(&c, flow::loss_and_grad).is_ok());
     let err = loss_gradient_matches_fd_with(&c, flow::loss_and_grad_detached_trace).unwrap_err();
     assert!(err.contains("finite differences"), "{err}");
+}
+
+#[test]
+fn cnf_hand_vjp_law_holds() {
+    assert_law_holds("cnf_hand_vjp_matches_tape");
+}
+
+#[test]
+fn hand_vjp_law_fails_when_the_hand_written_vjp_drops_the_trace_cotangent() {
+    // Two chunks (tiles = 2) and the exact trace: the detached variant loses d tr / d theta in
+    // the hand-written backward pass only, and the tape (which keeps it) disagrees.
+    let c = VjpCase {
+        model: small_model(),
+        tiles: 2,
+        hutchinson: false,
+    };
+    assert!(hand_vjp_matches_tape_with(&c, flow::loss_and_grad).is_ok());
+    let err = hand_vjp_matches_tape_with(&c, flow::loss_and_grad_detached_trace).unwrap_err();
+    assert!(err.contains("on the tape"), "{err}");
+}
+
+#[test]
+fn loss_and_grad_is_bitwise_identical_on_one_and_two_threads() {
+    // 300 samples: three chunks of the parallel split (128, 128, 44)
+    let c = VjpCase {
+        model: small_model(),
+        tiles: 2,
+        hutchinson: true,
+    };
+    let (p, x, probes) = c.inputs();
+    let run = |threads| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| flow::loss_and_grad(&p, &x, probes.as_deref(), GradMode::FullTape))
+            .unwrap()
+    };
+    let (one, two) = (run(1), run(2));
+    assert!(x.len() / p.cfg.data_size > flow::GRAD_CHUNK);
+    assert_eq!(one.loss.to_bits(), two.loss.to_bits());
+    assert_eq!(one.grads, two.grads);
 }
 
 #[test]

@@ -79,6 +79,7 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "cnf_exact_trace_matches_fd",
         "cnf_hutchinson_unbiased",
         "cnf_loss_gradient_matches_fd",
+        "cnf_hand_vjp_matches_tape",
     ];
     for law in laws::registry() {
         assert!(

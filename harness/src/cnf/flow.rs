@@ -129,9 +129,15 @@ fn block_solve<A: Real>(
 }
 
 fn finite_or_overflow<A: Real>(what: &str, v: &[A]) -> Result<()> {
+    finite_or_overflow_from(what, 0, v)
+}
+
+/// As [`finite_or_overflow`] for `v` starting at index `first` of a larger vector.
+fn finite_or_overflow_from<A: Real>(what: &str, first: usize, v: &[A]) -> Result<()> {
     match v.iter().position(|a| !a.as_f64().is_finite()) {
         Some(i) => Err(Error::Overflow(format!(
-            "{what} at index {i} is not finite ({:?})",
+            "{what} at index {} is not finite ({:?})",
+            first + i,
             v[i]
         ))),
         None => Ok(()),
@@ -208,14 +214,54 @@ fn mutate_delta<A: Real>(m: Option<FlowMutation>, nd: usize, before: &[A], after
     }
 }
 
+/// Run `f` on the batch cut into [`GRAD_CHUNK`]-sample chunks (on rayon's threads; every
+/// sample's flow is independent of the others', and the cut does not depend on the thread
+/// count), returning the chunks' results in order, or the first chunk's error. `f` gets the
+/// index of the chunk's first sample (for error messages naming a sample of the whole batch).
+fn by_chunks<A: Real, R: Send>(
+    d: usize,
+    x: &[A],
+    probes: Option<&[A]>,
+    f: impl Fn(usize, &[A], Option<&[A]>) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    use rayon::prelude::*;
+    let n = x.len() / d;
+    let starts: Vec<usize> = (0..n).step_by(GRAD_CHUNK).collect();
+    let parts: Vec<Result<R>> = starts
+        .par_iter()
+        .map(|&i0| {
+            let i1 = (i0 + GRAD_CHUNK).min(n);
+            f(i0, &x[i0 * d..i1 * d], probes.map(|p| &p[i0 * d..i1 * d]))
+        })
+        .collect();
+    parts.into_iter().collect()
+}
+
 fn log_likelihood_impl<A: Real>(
     params: &CnfParams<A>,
     x: &[A],
     probes: Option<&[A]>,
     mutation: Option<FlowMutation>,
 ) -> Result<Vec<A>> {
+    let n = check_batch(&params.cfg, x, probes)?;
+    if n <= GRAD_CHUNK {
+        return log_likelihood_chunk(params, 0, x, probes, mutation);
+    }
+    let parts = by_chunks(params.cfg.data_size, x, probes, |i0, x, p| {
+        log_likelihood_chunk(params, i0, x, p, mutation)
+    })?;
+    Ok(parts.concat())
+}
+
+fn log_likelihood_chunk<A: Real>(
+    params: &CnfParams<A>,
+    first: usize,
+    x: &[A],
+    probes: Option<&[A]>,
+    mutation: Option<FlowMutation>,
+) -> Result<Vec<A>> {
     let cfg = &params.cfg;
-    let n = check_batch(cfg, x, probes)?;
+    let n = x.len() / cfg.data_size;
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -235,7 +281,7 @@ fn log_likelihood_impl<A: Real>(
     let lp: Vec<A> = (0..n)
         .map(|i| z[n * d + i] + log_normal(&z[i * d..(i + 1) * d]))
         .collect();
-    finite_or_overflow("log-density", &lp)?;
+    finite_or_overflow_from("log-density", first, &lp)?;
     Ok(lp)
 }
 
@@ -254,8 +300,26 @@ fn sample_impl<A: Real>(
     probes: Option<&[A]>,
     mutation: Option<FlowMutation>,
 ) -> Result<(Vec<A>, Vec<A>)> {
+    let n = check_batch(&params.cfg, z, probes)?;
+    if n <= GRAD_CHUNK {
+        return sample_chunk(params, 0, z, probes, mutation);
+    }
+    let parts = by_chunks(params.cfg.data_size, z, probes, |i0, z, p| {
+        sample_chunk(params, i0, z, p, mutation)
+    })?;
+    let (xs, lps): (Vec<Vec<A>>, Vec<Vec<A>>) = parts.into_iter().unzip();
+    Ok((xs.concat(), lps.concat()))
+}
+
+fn sample_chunk<A: Real>(
+    params: &CnfParams<A>,
+    first: usize,
+    z: &[A],
+    probes: Option<&[A]>,
+    mutation: Option<FlowMutation>,
+) -> Result<(Vec<A>, Vec<A>)> {
     let cfg = &params.cfg;
-    let n = check_batch(cfg, z, probes)?;
+    let n = z.len() / cfg.data_size;
     if n == 0 {
         return Ok((Vec::new(), Vec::new()));
     }
@@ -267,11 +331,11 @@ fn sample_impl<A: Real>(
         mutate_delta(mutation, n * d, &s, &mut next);
         s = next;
     }
-    finite_or_overflow("sample", &s[..n * d])?;
+    finite_or_overflow_from("sample", first * d, &s[..n * d])?;
     let lp: Vec<A> = (0..n)
         .map(|i| log_normal(&z[i * d..(i + 1) * d]) - s[n * d + i])
         .collect();
-    finite_or_overflow("log-density", &lp)?;
+    finite_or_overflow_from("log-density", first, &lp)?;
     s.truncate(n * d);
     Ok((s, lp))
 }
@@ -293,7 +357,30 @@ pub fn loss_and_grad(
     probes: Option<&[f64]>,
     mode: GradMode,
 ) -> Result<LossGrad> {
-    loss_and_grad_impl(params, x, probes, mode, false)
+    loss_and_grad_impl(params, x, probes, mode, Variant::default())
+}
+
+/// [`loss_and_grad`] with each step differentiated on dfdx's tape ([`super::taped`]) instead of
+/// by the hand-written VJP ([`super::adjoint`]): the reference the hand-written one is checked
+/// against.
+pub fn loss_and_grad_on_tape(
+    params: &CnfParams<f64>,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    mode: GradMode,
+) -> Result<LossGrad> {
+    let v = Variant {
+        on_tape: true,
+        ..Variant::default()
+    };
+    loss_and_grad_impl(params, x, probes, mode, v)
+}
+
+/// How [`loss_and_grad`] differentiates (the default: hand-written VJP, trace differentiated).
+#[derive(Debug, Clone, Copy, Default)]
+struct Variant {
+    detach_trace: bool,
+    on_tape: bool,
 }
 
 /// [`loss_and_grad`] with the trace term treated as a constant on the tape (what first-order
@@ -305,18 +392,70 @@ pub fn loss_and_grad_detached_trace(
     probes: Option<&[f64]>,
     mode: GradMode,
 ) -> Result<LossGrad> {
-    loss_and_grad_impl(params, x, probes, mode, true)
+    let v = Variant {
+        detach_trace: true,
+        ..Variant::default()
+    };
+    loss_and_grad_impl(params, x, probes, mode, v)
 }
+
+/// Samples per chunk of [`loss_and_grad`], [`log_likelihood`] and [`sample`]: the batch is cut into chunks of this many samples
+/// (the last one shorter), whose losses and gradients are computed independently — on rayon's
+/// threads — and summed in chunk order. The cut depends on the batch size only, never on the
+/// number of threads, so results are bit-identical whatever the thread count. 128 samples keep
+/// one chunk's products (`(1 + d) 128` rows) on one core and give two cores an even share of
+/// the default batch of 500.
+pub const GRAD_CHUNK: usize = 128;
 
 fn loss_and_grad_impl(
     params: &CnfParams<f64>,
     x: &[f64],
     probes: Option<&[f64]>,
     mode: GradMode,
-    detach_trace: bool,
+    variant: Variant,
 ) -> Result<LossGrad> {
     let cfg = &params.cfg;
     let n = check_batch(cfg, x, probes)?;
+    let d = cfg.data_size;
+    let mut grads = vec![vec![0.0; params.layout.len]; cfg.blocks];
+    let mut loss = 0.0;
+    let mut checkpoints = 0;
+    let parts = by_chunks(d, x, probes, |i0, x, p| {
+        chunk_loss_and_grad(params, i0, x, p, n, mode, variant)
+    })?;
+    for part in parts {
+        loss += part.loss;
+        checkpoints = part.checkpoints;
+        for (acc, g) in grads.iter_mut().zip(&part.grads) {
+            for (a, v) in acc.iter_mut().zip(g) {
+                *a += v;
+            }
+        }
+    }
+    for (b, g) in grads.iter().enumerate() {
+        finite_or_overflow(&format!("gradient of block {b}"), g)?;
+    }
+    Ok(LossGrad {
+        loss,
+        grads,
+        checkpoints,
+    })
+}
+
+/// One chunk's share of [`loss_and_grad`]: `-(1/n_total) sum_{i in chunk} log p(x_i)` and its
+/// gradient (each sample's flow is independent of the others').
+fn chunk_loss_and_grad(
+    params: &CnfParams<f64>,
+    first: usize,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    n_total: usize,
+    mode: GradMode,
+    variant: Variant,
+) -> Result<LossGrad> {
+    let cfg = &params.cfg;
+    let d = cfg.data_size;
+    let n = x.len() / d;
     let mut grads = vec![vec![0.0; params.layout.len]; cfg.blocks];
     if n == 0 {
         return Ok(LossGrad {
@@ -325,7 +464,6 @@ fn loss_and_grad_impl(
             checkpoints: 0,
         });
     }
-    let d = cfg.data_size;
     // Forward through blocks B-1 .. 1, keeping each block's input; block 0 ends the solve.
     let mut inputs: Vec<Vec<f64>> = Vec::with_capacity(cfg.blocks);
     let mut z = x.to_vec();
@@ -348,7 +486,8 @@ fn loss_and_grad_impl(
             probes.map(|p| p.to_vec()),
             params.blocks[b].clone(),
         );
-        field.detach_trace = detach_trace;
+        field.detach_trace = variant.detach_trace;
+        field.on_tape = variant.on_tape;
         let g = match cot.take() {
             None => gradient_of(
                 &field,
@@ -359,11 +498,11 @@ fn loss_and_grad_impl(
                 &inputs[b],
                 |zf| {
                     // L = -(1/n) sum_i [delta_i + log N(y_i)]
-                    let inv = 1.0 / n as f64;
+                    let inv = 1.0 / n_total as f64;
                     let lp: Vec<f64> = (0..n)
                         .map(|i| zf[n * d + i] + log_normal(&zf[i * d..(i + 1) * d]))
                         .collect();
-                    finite_or_overflow("log-density", &lp)?;
+                    finite_or_overflow_from("log-density", first, &lp)?;
                     loss = -lp.iter().sum::<f64>() * inv;
                     let mut w = vec![-inv; n * (d + 1)];
                     for (wi, &yi) in w[..n * d].iter_mut().zip(&zf[..n * d]) {
@@ -389,9 +528,6 @@ fn loss_and_grad_impl(
         checkpoints = g.checkpoints;
         grads[b] = g.d_theta;
         cot = Some(g.d_y0);
-    }
-    for (b, g) in grads.iter().enumerate() {
-        finite_or_overflow(&format!("gradient of block {b}"), g)?;
     }
     Ok(LossGrad {
         loss,

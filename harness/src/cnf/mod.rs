@@ -8,11 +8,13 @@
 //! - `params.rs` — weights ([`CnfParams`]) and their initialisation;
 //! - `random.rs` — counter-based draws (data, probes, weights);
 //! - `field.rs` — the augmented field with hand-written tangents (plain f32/f64);
+//! - `adjoint.rs` — the field's vector–Jacobian product written by hand (what training uses);
 //! - `taped.rs` — the same field on dfdx's tape ([`TrainBlock`], a [`crate::ode::grad::DiffField`]);
 //! - `flow.rs` — log-likelihood, sampling, the loss and its gradient;
 //! - `data.rs` — built-in 2-D data sets;
 //! - `train.rs` — AdamW training with the step staged through the specialisation cache;
 
+pub mod adjoint;
 pub mod config;
 pub mod data;
 pub mod field;

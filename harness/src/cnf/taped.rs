@@ -10,6 +10,7 @@
 //! [`TrainBlock`] is a [`DiffField`]: [`crate::ode::grad`] takes it through a solve with the full
 //! tape or checkpointing.
 
+use super::adjoint::{self, BackScratch, Kept};
 use super::config::Layout;
 use super::field::{eval_block, Tangents, Work};
 use crate::backend::{
@@ -18,7 +19,7 @@ use crate::backend::{
     taped_row_dot_const, taped_scale, taped_sigmoid, taped_tanh, taped_values, Graph, Taped,
     Taped2,
 };
-use crate::ode::grad::DiffField;
+use crate::ode::grad::{DiffField, ManualVjp};
 use std::cell::RefCell;
 
 /// One block's augmented field over a batch, with its parameters, for gradients.
@@ -31,7 +32,14 @@ pub struct TrainBlock {
     /// Mutation knob: the trace enters the tape as a constant (its derivatives are lost).
     #[doc(hidden)]
     pub detach_trace: bool,
+    /// Differentiate on dfdx's tape instead of by the hand-written VJP of [`super::adjoint`]
+    /// (the cross-check of the two).
+    #[doc(hidden)]
+    pub on_tape: bool,
     work: RefCell<Work<f64>>,
+    kept: RefCell<Vec<Kept>>,
+    scratch: RefCell<Kept>,
+    back: RefCell<BackScratch>,
 }
 
 impl TrainBlock {
@@ -42,7 +50,11 @@ impl TrainBlock {
             probes,
             theta,
             detach_trace: false,
+            on_tape: false,
             work: RefCell::new(Work::default()),
+            kept: RefCell::new(Vec::new()),
+            scratch: RefCell::new(Kept::default()),
+            back: RefCell::new(BackScratch::default()),
         }
     }
 
@@ -63,7 +75,54 @@ fn unit_rows(n: usize, d: usize, j: usize) -> Vec<f64> {
     e
 }
 
+impl ManualVjp for TrainBlock {
+    fn eval_kept(&self, slot: usize, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]) {
+        let mut kept = self.kept.borrow_mut();
+        if kept.len() <= slot {
+            kept.resize_with(slot + 1, Kept::default);
+        }
+        adjoint::forward(
+            &self.layout,
+            theta,
+            self.n,
+            self.probes.as_deref(),
+            t,
+            y,
+            dy,
+            &mut kept[slot],
+        );
+    }
+    fn vjp_kept(
+        &self,
+        slot: usize,
+        theta: &[f64],
+        fbar: &[f64],
+        ybar: &mut [f64],
+        thetabar: &mut [f64],
+    ) {
+        adjoint::backward(
+            &self.layout,
+            theta,
+            self.n,
+            self.probes.as_deref(),
+            &self.kept.borrow()[slot],
+            fbar,
+            ybar,
+            thetabar,
+            self.detach_trace,
+            &mut self.back.borrow_mut(),
+        );
+    }
+}
+
 impl DiffField for TrainBlock {
+    fn manual_vjp(&self) -> Option<&dyn ManualVjp> {
+        if self.on_tape {
+            None
+        } else {
+            Some(self)
+        }
+    }
     fn dim(&self) -> usize {
         self.n * (self.layout.data_size + 1)
     }
@@ -71,20 +130,34 @@ impl DiffField for TrainBlock {
         self.theta.clone()
     }
     fn eval(&self, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]) {
-        let nd = self.n * self.layout.data_size;
-        let (f, tr) = dy.split_at_mut(nd);
-        let mut w = self.work.borrow_mut();
-        eval_block(
-            &self.layout,
-            theta,
-            self.n,
-            self.tangents(),
-            &mut w,
-            t,
-            &y[..nd],
-            f,
-            tr,
-        );
+        if self.on_tape {
+            let nd = self.n * self.layout.data_size;
+            let (f, tr) = dy.split_at_mut(nd);
+            let mut w = self.work.borrow_mut();
+            eval_block(
+                &self.layout,
+                theta,
+                self.n,
+                self.tangents(),
+                &mut w,
+                t,
+                &y[..nd],
+                f,
+                tr,
+            );
+        } else {
+            // the stacked forward of the hand-written VJP, in a slot of its own
+            adjoint::forward(
+                &self.layout,
+                theta,
+                self.n,
+                self.probes.as_deref(),
+                t,
+                y,
+                dy,
+                &mut self.scratch.borrow_mut(),
+            );
+        }
     }
     fn eval_taped(&self, t: f64, y: Taped, theta: Taped) -> Taped {
         let dev = device();

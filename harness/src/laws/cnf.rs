@@ -465,6 +465,82 @@ pub fn loss_gradient_matches_fd_with(c: &ModelCase, lg: LossGradFn) -> Result<()
     Ok(())
 }
 
+/// A model case for comparing two ways of differentiating the loss: with `tiles > 1` the batch
+/// is the case's points repeated (shifted) past [`flow::GRAD_CHUNK`], so several chunks are summed;
+/// `hutchinson` switches to the Hutchinson trace with Gaussian probes.
+#[derive(Debug, Clone)]
+pub struct VjpCase {
+    pub model: ModelCase,
+    pub tiles: usize,
+    pub hutchinson: bool,
+}
+
+pub fn vjp_case() -> impl Strategy<Value = VjpCase> {
+    (
+        model_case(6),
+        prop::sample::select(vec![1usize, 2]),
+        any::<bool>(),
+    )
+        .prop_map(|(model, tiles, hutchinson)| VjpCase {
+            model,
+            tiles,
+            hutchinson,
+        })
+}
+
+impl VjpCase {
+    /// The parameters, the batch and the probes (if Hutchinson).
+    pub fn inputs(&self) -> (CnfParams<f64>, Vec<f64>, Option<Vec<f64>>) {
+        let mut p = self.model.params();
+        let d = p.cfg.data_size;
+        let mut x = self.model.x.clone();
+        if self.tiles > 1 {
+            let n0 = x.len() / d;
+            let reps = (flow::GRAD_CHUNK + 1).div_ceil(n0) + 1;
+            x = (0..reps * n0 * d)
+                .map(|i| self.model.x[i % (n0 * d)] + 0.01 * (i / (n0 * d)) as f64)
+                .collect();
+        }
+        let probes = if self.hutchinson {
+            p.cfg.trace = TraceEstimator::Hutchinson(crate::cnf::Probe::Gaussian);
+            Some(gaussian_probes(self.model.seed, x.len() / d, d))
+        } else {
+            None
+        };
+        (p, x, probes)
+    }
+}
+
+/// The hand-written VJP ([`crate::cnf::adjoint`]) and the tape ([`crate::cnf::taped`]) give the
+/// same loss and `dL/dtheta` within [`tolerance::CNF_MANUAL_VJP`], exact and Hutchinson traces,
+/// one chunk and several.
+pub fn hand_vjp_matches_tape_with(c: &VjpCase, hand: LossGradFn) -> Result<(), String> {
+    let (p, x, probes) = c.inputs();
+    let mode = GradMode::FullTape;
+    let got = hand(&p, &x, probes.as_deref(), mode).map_err(|e| e.to_string())?;
+    let want =
+        flow::loss_and_grad_on_tape(&p, &x, probes.as_deref(), mode).map_err(|e| e.to_string())?;
+    let tol = tolerance::CNF_MANUAL_VJP;
+    if !tol.close(got.loss, want.loss) {
+        return Err(format!(
+            "loss {:.15e}, on the tape {:.15e}",
+            got.loss, want.loss
+        ));
+    }
+    for (b, (g, w)) in got.grads.iter().zip(&want.grads).enumerate() {
+        // scale-aware: compare against the block gradient's largest entry
+        let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (i, (&gi, &wi)) in g.iter().zip(w).enumerate() {
+            if (gi - wi).abs() > tol.atol + tol.rtol * scale.max(wi.abs()) {
+                return Err(format!(
+                    "block {b} parameter {i}: hand-written VJP {gi:.15e}, on the tape {wi:.15e}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 // ----------------------------------------------------------------------------------------------
 // Training: trace once, flat memory.
 
@@ -660,6 +736,18 @@ pub(crate) fn laws() -> Vec<Law> {
             run: |c, s| {
                 check_property("cnf_loss_gradient_matches_fd", c, s, model_case(4), |x| {
                     loss_gradient_matches_fd_with(x, flow::loss_and_grad)
+                })
+            },
+        },
+        Law {
+            name: "cnf_hand_vjp_matches_tape",
+            family: Family::Numerics,
+            summary: "the hand-written VJP's loss and dL/dtheta equal dfdx's tape's (CNF_MANUAL_VJP), exact and Hutchinson, over chunks",
+            default_cases: 12,
+            measures_memory: false,
+            run: |c, s| {
+                check_property("cnf_hand_vjp_matches_tape", c, s, vjp_case(), |x| {
+                    hand_vjp_matches_tape_with(x, flow::loss_and_grad)
                 })
             },
         },

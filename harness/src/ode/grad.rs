@@ -84,6 +84,29 @@ pub trait DiffField {
     fn eval(&self, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]);
     /// `f(t, y; theta)` as a taped dfdx computation (same maths as [`DiffField::eval`]).
     fn eval_taped(&self, t: f64, y: Taped, theta: Taped) -> Taped;
+    /// A hand-written VJP of one evaluation, if the field has one: the reverse sweep then
+    /// differentiates each step by [`ManualVjp`] instead of building a dfdx graph.
+    fn manual_vjp(&self) -> Option<&dyn ManualVjp> {
+        None
+    }
+}
+
+/// A field's vector–Jacobian product written by hand, evaluated where the forward pass was:
+/// the step's stages are evaluated with [`ManualVjp::eval_kept`] (slot `i` for stage `i`) and
+/// then differentiated in reverse stage order with [`ManualVjp::vjp_kept`] on the same slot.
+pub trait ManualVjp {
+    /// `f(t, y; theta)` into `dy`, keeping in `slot` what [`ManualVjp::vjp_kept`] needs.
+    fn eval_kept(&self, slot: usize, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]);
+    /// At the evaluation kept in `slot`: `ybar = (df/dy)^T fbar` (overwritten) and
+    /// `thetabar += (df/dtheta)^T fbar`.
+    fn vjp_kept(
+        &self,
+        slot: usize,
+        theta: &[f64],
+        fbar: &[f64],
+        ybar: &mut [f64],
+        thetabar: &mut [f64],
+    );
 }
 
 /// `theta` = `A` row-major; `f = A y` (a dfdx matmul).
@@ -488,7 +511,7 @@ impl<F: DiffField + ?Sized> ReverseSweep<'_, '_, F> {
         }
         for k in (0..n).rev() {
             let yk = &self.stack[k * d..(k + 1) * d];
-            step_vjp(
+            step_vjp_any(
                 self.field,
                 self.tab,
                 self.ts[k],
@@ -536,7 +559,7 @@ impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, '_, F> {
         if self.error.is_some() {
             return;
         }
-        step_vjp(
+        step_vjp_any(
             self.field,
             self.tab,
             self.ts[k],
@@ -657,6 +680,124 @@ pub fn forward_on_times<F: DiffField + ?Sized>(
         stepper.step(ts[k], ts[k + 1], &mut y);
     }
     y
+}
+
+/// One step's VJP: by the field's [`ManualVjp`] when it has one, else on the tape.
+#[allow(clippy::too_many_arguments)]
+fn step_vjp_any<F: DiffField + ?Sized>(
+    field: &F,
+    tab: &Tableau,
+    tprev: f64,
+    tnext: f64,
+    y: &[f64],
+    theta: &[f64],
+    lambda: &mut Vec<f64>,
+    g_theta: &mut [f64],
+    drop_stage: Option<usize>,
+) {
+    match field.manual_vjp() {
+        Some(m) => step_vjp_manual(m, tab, tprev, tnext, y, theta, lambda, g_theta, drop_stage),
+        None => step_vjp(
+            field, tab, tprev, tnext, y, theta, lambda, g_theta, drop_stage,
+        ),
+    }
+}
+
+/// The time of stage `i` of a step from `tprev` to `tnext` (as [`Stepper::step`]).
+fn stage_time(tab: &Tableau, i: usize, tprev: f64, tnext: f64) -> f64 {
+    let c = tab.c()[i];
+    if i == 0 {
+        tprev
+    } else if c == 1.0 {
+        tnext
+    } else {
+        tprev + c * (tnext - tprev)
+    }
+}
+
+/// One step's VJP by the field's hand-written [`ManualVjp`] (the reverse mode of the
+/// Runge–Kutta step, written out). Forward, with `z_0 = y`:
+///
+/// ```text
+/// k_i = f(t_i, z_i),   z_i = y + sum_{j<i} a_ij (dt k_j),   y' = y + sum_i b_i (dt k_i)
+/// ```
+///
+/// (FSAL tableaus: `y'` is the last stage's input `z_{s-1}`, whose `f` is not needed).
+/// Reverse, with `ybar = lambda`: `kbar_i = dt b_i lambda` (or, FSAL, `kbar_j = dt a_{s-1,j}
+/// lambda`), then for `i` from the last evaluated stage down to 0: `zbar_i = J_i^T kbar_i`,
+/// `ybar += zbar_i`, `kbar_j += dt a_ij zbar_i` for `j < i`, `thetabar += (df/dtheta)_i^T
+/// kbar_i`. `lambda <- ybar`.
+#[allow(clippy::too_many_arguments)]
+fn step_vjp_manual(
+    m: &dyn ManualVjp,
+    tab: &Tableau,
+    tprev: f64,
+    tnext: f64,
+    y: &[f64],
+    theta: &[f64],
+    lambda: &mut Vec<f64>,
+    g_theta: &mut [f64],
+    drop_stage: Option<usize>,
+) {
+    let d = y.len();
+    let st = tab.stages();
+    let dt = tnext - tprev;
+    let mut ks = vec![0.0; st * d];
+    let mut z = y.to_vec();
+    // Stages evaluated: all but an FSAL tableau's last.
+    let evaluated = if tab.fsal() { st - 1 } else { st };
+    for i in 0..evaluated {
+        if i > 0 {
+            for (mi, zm) in z.iter_mut().enumerate() {
+                let mut acc = 0.0;
+                for (j, &aij) in tab.a(i).iter().enumerate() {
+                    acc += aij * (dt * ks[j * d + mi]);
+                }
+                *zm = y[mi] + acc;
+            }
+        }
+        let (_, rest) = ks.split_at_mut(i * d);
+        m.eval_kept(
+            i,
+            stage_time(tab, i, tprev, tnext),
+            &z,
+            theta,
+            &mut rest[..d],
+        );
+    }
+    // Cotangents of the stage derivatives from y' (y's own path: ybar = lambda).
+    let mut kbar = vec![0.0; st * d];
+    let weights = if tab.fsal() { tab.a(st - 1) } else { tab.b() };
+    for (j, &wj) in weights.iter().enumerate().take(evaluated) {
+        if wj != 0.0 {
+            for (kb, &l) in kbar[j * d..(j + 1) * d].iter_mut().zip(lambda.iter()) {
+                *kb += wj * dt * l;
+            }
+        }
+    }
+    let mut ybar = lambda.clone();
+    let mut zbar = vec![0.0; d];
+    let mut dropped = vec![0.0; if drop_stage.is_some() { theta.len() } else { 0 }];
+    for i in (0..evaluated).rev() {
+        let (before, this) = kbar.split_at_mut(i * d);
+        let tb: &mut [f64] = if drop_stage == Some(i) {
+            &mut dropped // this stage's theta contribution is lost
+        } else {
+            &mut *g_theta
+        };
+        m.vjp_kept(i, theta, &this[..d], &mut zbar, tb);
+        for (yb, &zb) in ybar.iter_mut().zip(&zbar) {
+            *yb += zb;
+        }
+        for (j, &aij) in tab.a(i).iter().enumerate() {
+            if aij != 0.0 {
+                for (kb, &zb) in before[j * d..(j + 1) * d].iter_mut().zip(&zbar) {
+                    *kb += aij * dt * zb;
+                }
+            }
+        }
+    }
+    *lambda = ybar;
 }
 
 /// One step's VJP on a taped one-step graph: `lambda <- (dy_{k+1}/dy_k)^T lambda`,

@@ -115,6 +115,7 @@ fn squash(th: &[f64], w2: usize, b2: usize, j: usize, t: f64) -> f64 {
 /// The stacked forward pass at `(t, y)`: `f` (`n x d`) into `out[..n d]`, the trace into
 /// `out[n d..]`, keeping each layer's `H` and `P` in `kept`. `probes` is `None` for the exact
 /// trace (`k = d` unit tangents) or the `n x d` Hutchinson probes (`k = 1`).
+#[allow(clippy::too_many_arguments)]
 pub fn forward(
     layout: &Layout,
     th: &[f64],

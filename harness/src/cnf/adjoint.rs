@@ -52,6 +52,7 @@
 //!   mode of a forward-mode tangent computation).
 
 use super::config::Layout;
+use super::tanh::tanh;
 use crate::backend::{gemm_into, Operand};
 
 /// What the backward pass of one evaluation needs: the time and, per layer, the stacked input
@@ -204,7 +205,7 @@ pub fn forward(
         let (hp, ht) = hn.split_at_mut(n * wo);
         for (hr, pr) in hp.chunks_exact_mut(wo).zip(p.chunks_exact(wo)) {
             for j in 0..wo {
-                hr[j] = ((pr[j] + bv[j]) * sv[j] + cv[j]).tanh();
+                hr[j] = tanh((pr[j] + bv[j]) * sv[j] + cv[j]);
             }
         }
         for (r, (tr_, pr)) in ht

@@ -8,6 +8,7 @@
 //! - `params.rs` — weights ([`CnfParams`]) and their initialisation;
 //! - `random.rs` — counter-based draws (data, probes, weights);
 //! - `field.rs` — the augmented field with hand-written tangents (plain f32/f64);
+//! - `tanh.rs` — a call-free, vectorisable f64 `tanh` for the training kernels;
 //! - `adjoint.rs` — the field's vector–Jacobian product written by hand (what training uses);
 //! - `taped.rs` — the same field on dfdx's tape ([`TrainBlock`], a [`crate::ode::grad::DiffField`]);
 //! - `flow.rs` — log-likelihood, sampling, the loss and its gradient;
@@ -21,6 +22,7 @@ pub mod field;
 pub mod flow;
 pub mod params;
 pub mod random;
+pub mod tanh;
 pub mod taped;
 pub mod train;
 

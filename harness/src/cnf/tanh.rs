@@ -25,9 +25,9 @@
 //! - The split `ln 2 = LN2_HI + LN2_LO` with `LN2_HI` exact in 32 bits is fdlibm's.
 
 /// `ln 2`, high part (its low 32 bits are zero, so `k * LN2_HI` is exact for `|k| < 2^20`).
-const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
+const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000); // 0.6931471803691238
 /// `ln 2 - LN2_HI`.
-const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76); // 1.9082149292705877e-10
 /// `1 / ln 2`.
 const INV_LN2: f64 = std::f64::consts::LOG2_E;
 /// Adding and subtracting `1.5 * 2^52` rounds a double of magnitude below `2^51` to the nearest

@@ -650,6 +650,80 @@ pub fn gemm_into_pooled<A: Real>(
     }
 }
 
+/// One tile of a tiled product: output rows `r0..r1`, columns `c0..c1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tile {
+    pub r0: usize,
+    pub r1: usize,
+    pub c0: usize,
+    pub c1: usize,
+}
+
+/// `dst[r0..r1, c0..c1] = lhs[r0..r1, :] rhs[:, c0..c1]` for every tile of `tiles` (the
+/// operands are an `m x k` and a `k x n` matrix; tiles lie inside `m x n`). Thread `t` of the
+/// pool takes tiles `t, t + threads, ...`, each one single-threaded `gemm::gemm` call: a tile's
+/// result does not depend on which thread computes it, so the output is bit-identical for
+/// every thread count. Tiles must not overlap.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_tiles_pooled<A: Real>(
+    pool: &mut Pool,
+    tiles: &[Tile],
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [A],
+    dst_rs: usize,
+    lhs: Operand<'_, A>,
+    rhs: Operand<'_, A>,
+) {
+    if !gemm_checked(m, n, k, dst, 0, dst_rs, &lhs, &rhs) {
+        return;
+    }
+    for t in tiles {
+        assert!(
+            t.r0 <= t.r1 && t.r1 <= m && t.c0 <= t.c1 && t.c1 <= n,
+            "gemm_tiles_pooled: tile {t:?} outside {m} x {n}"
+        );
+    }
+    let threads = pool.threads();
+    let d = SendPtr(dst.as_mut_ptr());
+    let l = SendPtr(lhs.data.as_ptr().wrapping_add(lhs.offset) as *mut A);
+    let r = SendPtr(rhs.data.as_ptr().wrapping_add(rhs.offset) as *mut A);
+    let part = |p: usize| {
+        for t in tiles.iter().skip(p).step_by(threads) {
+            if t.r1 == t.r0 || t.c1 == t.c0 {
+                continue;
+            }
+            // SAFETY: `gemm_checked` asserted the whole `m x n` product in bounds and every
+            // tile lies inside it; tiles are disjoint, so parts write disjoint elements of
+            // `dst`, and the operands are only read.
+            unsafe {
+                gemm_raw(
+                    t.r1 - t.r0,
+                    t.c1 - t.c0,
+                    k,
+                    d.get().add(t.r0 * dst_rs + t.c0),
+                    dst_rs,
+                    l.get().add(t.r0 * lhs.rs),
+                    lhs.rs,
+                    lhs.cs,
+                    r.get().add(t.c0 * rhs.cs),
+                    rhs.rs,
+                    rhs.cs,
+                    gemm::Parallelism::None,
+                )
+            }
+        }
+    };
+    if threads == 1 || tiles.len() < 2 {
+        for p in 0..threads {
+            part(p);
+        }
+    } else {
+        pool.run(&part);
+    }
+}
+
 /// A raw pointer that may cross to pool threads (each part touches its own rows only).
 #[derive(Clone, Copy)]
 struct SendPtr<A>(*mut A);

@@ -11,15 +11,18 @@
 //!
 //! Two forms: [`orthogonalize_composed`] transcribes the formulas with dfdx matmuls; [`NsPlan`] is
 //! the planned form, built once per matrix shape, which reuses its workspace buffers and exploits
-//! the symmetry of `A` and `B`. It allocates nothing after its first call: the buffers are sized
-//! once, each product's rows are split across the plan's own parked threads
-//! ([`crate::pool::Pool`], started once; one thread for products below
-//! [`GEMM_PARALLEL_MIN`]), each block a single-threaded gemm call reusing its thread's scratch
-//! ([`crate::backend::gemm_into_pooled`]); the split does not change any element's reduction
-//! order, so results are bit-identical for every thread count. It computes
-//! only their upper triangles (a recursive block product, half the flops of a full product) and
-//! mirrors them, so `A` and `B` are exactly symmetric. Both return the number of iterations run,
-//! the observable behind the "`(k,3)` runs `k` iterations" law.
+//! the symmetry of `A = X X^T` and of `(cA) A`: it computes only their upper-triangle tiles
+//! ([`SYM_BLOCK`]` x `[`SYM_BLOCK`], about 0.56 of a full product at `m = 1024`) and mirrors them,
+//! so both are exactly symmetric; `X^T` is materialised once per iteration so that every product
+//! reads row-major operands (gemm 0.15 packs a transposed right operand more slowly). It
+//! allocates nothing after its first call: the buffers and the tile list are sized once, and
+//! the products run on the plan's own parked threads ([`crate::pool::Pool`], started once; one
+//! thread for products below [`GEMM_PARALLEL_MIN`]) as single-threaded gemm calls reusing each
+//! thread's scratch — whole tiles dealt round-robin for the symmetric products
+//! ([`crate::backend::gemm_tiles_pooled`]), row blocks for `B X`
+//! ([`crate::backend::gemm_into_pooled`]). Neither split changes any element's reduction
+//! order, so results are bit-identical for every thread count. Both forms return the number of
+//! iterations run, the observable behind the "`(k,3)` runs `k` iterations" law.
 //!
 //! Non-square transposition is exact (a copy), so `orth(X^T) == orth(X)^T` bit for bit whenever
 //! `rows != cols`; for square matrices the two sides are different roundings of the same maths.
@@ -29,7 +32,9 @@
 //! - optax 0.2.8 `optax/contrib/_muon.py`; ALGORITHMS.md §3.
 
 use super::coeffs;
-use crate::backend::{device, gemm_into_pooled, Array, Mat, Operand, Real, GEMM_PARALLEL_MIN};
+use crate::backend::{
+    device, gemm_into_pooled, gemm_tiles_pooled, Array, Mat, Operand, Real, Tile, GEMM_PARALLEL_MIN,
+};
 use crate::pool::Pool;
 
 /// Split `[rows, cols]` into `(small side m, large side n, transposed)`.
@@ -88,12 +93,12 @@ pub fn transpose<A: Copy>(x: &[A], r: usize, c: usize) -> Vec<A> {
     out
 }
 
-/// Below this many rows a diagonal block of a symmetric product is one full GEMM. gemm 0.15 runs
-/// products with a transposed right operand (`L R^T`) about half as fast as plain ones (bench
-/// area `muon`, 1024^3 f32: 554 ms for 5 iterations of full `X X^T` products vs 252 ms for 15 plain
-/// products), which eats most of the halved flops; one level of splitting at 1024 measured best
-/// (258 ms vs 271 ms with 128-row blocks).
-pub const SYM_BLOCK: usize = 512;
+/// Tile size of the symmetric products: the upper-triangle tiles (`i <= j`) of `T x T` are one
+/// single-threaded GEMM each, dealt round-robin to the plan's threads, so `A = X X^T` and
+/// `(cA) A` cost `(t + 1) / (2 t)` of a full product for `t = ceil(m / T)` tiles per side
+/// (0.56 at `m = 1024`). Measured (bench area `muon`, 1024^2 f32, 2 threads): 128 beat 256 and
+/// the earlier recursive halving with its rows split across threads (285 vs 298 ms).
+pub const SYM_BLOCK: usize = 128;
 
 /// Threads for an `m x n` plan (small side `m`): the machine's parallelism when its products
 /// (`m x m x n` multiply-adds) reach [`GEMM_PARALLEL_MIN`], else 1 (no thread started).
@@ -114,6 +119,8 @@ pub struct NsPlan<A> {
     transposed: bool,
     /// `X`, `m x n`
     x: Vec<A>,
+    /// `X^T`, `n x m` (the right operand of `X X^T`, row-major)
+    xt: Vec<A>,
     /// `B X`, `m x n`
     y: Vec<A>,
     /// `A`, `m x m`
@@ -122,8 +129,10 @@ pub struct NsPlan<A> {
     ca: Vec<A>,
     /// `B`, `m x m`
     b: Vec<A>,
-    /// Diagonal block size of the symmetric products.
+    /// Tile size of the symmetric products.
     block: usize,
+    /// The upper-triangle tiles of an `m x m` symmetric product.
+    tiles: Vec<Tile>,
     /// Threads the products' rows are split across (one part per thread, the caller's
     /// included); started once, here.
     pool: Pool,
@@ -143,11 +152,13 @@ impl<A: Real> NsPlan<A> {
             n,
             transposed,
             x: vec![z; m * n],
+            xt: vec![z; m * n],
             y: vec![z; m * n],
             a: vec![z; m * m],
             ca: vec![z; m * m],
             b: vec![z; m * m],
             block: SYM_BLOCK,
+            tiles: upper_tiles(m, SYM_BLOCK),
             pool: Pool::new(default_threads(m, n)),
             fresh_workspace: false,
         }
@@ -174,10 +185,11 @@ impl<A: Real> NsPlan<A> {
         self
     }
 
-    /// Use diagonal blocks of `block` rows (at least 1) in the symmetric products (tests use
-    /// small blocks to exercise the recursion on small matrices).
+    /// Use tiles of `block x block` (at least 1) in the symmetric products (tests use small
+    /// tiles to exercise the tiling on small matrices).
     pub fn with_sym_block(mut self, block: usize) -> Self {
         self.block = block.max(1);
+        self.tiles = upper_tiles(self.m, self.block);
         self
     }
 
@@ -198,6 +210,7 @@ impl<A: Real> NsPlan<A> {
         if self.fresh_workspace {
             let z = A::default();
             (self.x, self.y) = (vec![z; m * n], vec![z; m * n]);
+            self.xt = vec![z; m * n];
             (self.a, self.ca, self.b) = (vec![z; m * m], vec![z; m * m], vec![z; m * m]);
         }
         assert_eq!(input.len(), m * n, "NsPlan::run: input length");
@@ -217,28 +230,31 @@ impl<A: Real> NsPlan<A> {
         let iters = coeffs::iterations(coeffs, ns_steps);
         for i in 0..iters {
             let [a, b, c] = coeffs::row(coeffs, i).map(A::of_f64);
-            // A = X X^T (upper triangle, mirrored)
+            // A = X X^T (upper triangle, mirrored), with X^T materialised so that every product
+            // reads a row-major right operand
+            transpose_into(&self.x, m, n, &mut self.xt);
             sym_product(
                 &mut self.pool,
+                &self.tiles,
                 &mut self.a,
                 &self.x,
-                &self.x,
+                &self.xt,
                 m,
                 n,
-                self.block,
             );
             // B = b A + (c A) A
             for (ca, &av) in self.ca.iter_mut().zip(&self.a) {
                 *ca = av * c;
             }
+            // (c A) A = (c A) A^T: A is its own transpose
             sym_product(
                 &mut self.pool,
+                &self.tiles,
                 &mut self.b,
                 &self.ca,
                 &self.a,
                 m,
                 m,
-                self.block,
             );
             for (bv, &av) in self.b.iter_mut().zip(&self.a) {
                 *bv = av * b + *bv;
@@ -282,19 +298,58 @@ impl<A: Real> NsPlan<A> {
     }
 }
 
-/// `dst (m x m) = L R^T` for row-major `L, R` of shape `m x k`, when the product is known to be
-/// symmetric (`X X^T`, or `(cA) A` with `A` symmetric): only the upper triangle is computed, by
-/// recursive halving (off-diagonal blocks are one GEMM each), then mirrored.
+/// The tiles `(i, j)`, `i <= j`, of a `T x T` tiling of an `m x m` matrix (edge tiles shorter).
+fn upper_tiles(m: usize, t: usize) -> Vec<Tile> {
+    let starts = (0..m).step_by(t.max(1));
+    let mut tiles = Vec::new();
+    for r0 in starts.clone() {
+        for c0 in starts.clone().filter(|&c0| c0 >= r0) {
+            tiles.push(Tile {
+                r0,
+                r1: (r0 + t).min(m),
+                c0,
+                c1: (c0 + t).min(m),
+            });
+        }
+    }
+    tiles
+}
+
+/// `dst (m x m) = L R^T` for row-major `L` (`m x k`), given `rt = R^T` row-major (`k x m`), when
+/// the product is known to be symmetric (`X X^T`, or `(cA) A` with `A` symmetric): only the
+/// upper-triangle `tiles` are computed, then the strict lower triangle is mirrored from the
+/// upper one, so the result is exactly symmetric.
+#[allow(clippy::too_many_arguments)]
 fn sym_product<A: Real>(
     pool: &mut Pool,
+    tiles: &[Tile],
     dst: &mut [A],
     l: &[A],
-    r: &[A],
+    rt: &[A],
     m: usize,
     k: usize,
-    bs: usize,
 ) {
-    upper(pool, dst, l, r, m, k, 0, m, bs);
+    gemm_tiles_pooled(
+        pool,
+        tiles,
+        m,
+        m,
+        k,
+        dst,
+        m,
+        Operand {
+            data: l,
+            offset: 0,
+            rs: k,
+            cs: 1,
+        },
+        Operand {
+            data: rt,
+            offset: 0,
+            rs: m,
+            cs: 1,
+        },
+    );
     // mirror in 32x32 tiles: a row-by-row mirror reads a column per row, one cache line per element
     const TILE: usize = 32;
     for ib in (0..m).step_by(TILE) {
@@ -308,63 +363,18 @@ fn sym_product<A: Real>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn upper<A: Real>(
-    pool: &mut Pool,
-    dst: &mut [A],
-    l: &[A],
-    r: &[A],
-    m: usize,
-    k: usize,
-    lo: usize,
-    hi: usize,
-    bs: usize,
-) {
-    if hi - lo <= bs {
-        block(pool, dst, l, r, m, k, lo, hi, lo, hi);
-        return;
+/// `out (c x r) = x^T` for row-major `x` (`r x c`), in 32x32 tiles.
+fn transpose_into<A: Copy>(x: &[A], r: usize, c: usize, out: &mut [A]) {
+    const TILE: usize = 32;
+    for ib in (0..r).step_by(TILE) {
+        for jb in (0..c).step_by(TILE) {
+            for i in ib..(ib + TILE).min(r) {
+                for j in jb..(jb + TILE).min(c) {
+                    out[j * r + i] = x[i * c + j];
+                }
+            }
+        }
     }
-    let mid = lo + (hi - lo) / 2;
-    upper(pool, dst, l, r, m, k, lo, mid, bs);
-    upper(pool, dst, l, r, m, k, mid, hi, bs);
-    block(pool, dst, l, r, m, k, lo, mid, mid, hi);
-}
-
-/// `dst[r0..r1, c0..c1] = L[r0..r1] R[c0..c1]^T`
-#[allow(clippy::too_many_arguments)]
-fn block<A: Real>(
-    pool: &mut Pool,
-    dst: &mut [A],
-    l: &[A],
-    r: &[A],
-    m: usize,
-    k: usize,
-    r0: usize,
-    r1: usize,
-    c0: usize,
-    c1: usize,
-) {
-    gemm_into_pooled(
-        pool,
-        r1 - r0,
-        c1 - c0,
-        k,
-        dst,
-        r0 * m + c0,
-        m,
-        Operand {
-            data: l,
-            offset: r0 * k,
-            rs: k,
-            cs: 1,
-        },
-        Operand {
-            data: r,
-            offset: c0 * k,
-            rs: 1,
-            cs: k,
-        },
-    );
 }
 
 #[cfg(test)]

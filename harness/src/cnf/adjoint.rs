@@ -51,7 +51,7 @@
 //! - A. Griewank, A. Walther, *Evaluating Derivatives*, 2nd ed., SIAM 2008, ch. 3–4 (reverse
 //!   mode of a forward-mode tangent computation).
 
-use super::config::Layout;
+use super::config::{LayerLayout, Layout};
 use super::tanh::tanh;
 use crate::backend::{gemm_into, Operand};
 
@@ -78,23 +78,14 @@ impl Sbc {
     }
 }
 
-/// `[s; b1; c]` of one layer at time `t` into `out`.
-#[allow(clippy::too_many_arguments)]
-fn squash_all(
-    th: &[f64],
-    w2: usize,
-    b2: usize,
-    b1: usize,
-    w3: usize,
-    w: usize,
-    t: f64,
-    out: &mut Sbc,
-) {
+/// `[s; b1; c]` of layer `l` at time `t` into `out`.
+fn squash_all(th: &[f64], l: &LayerLayout, t: f64, out: &mut Sbc) {
+    let w = l.out;
     out.0.resize(3 * w, 0.0);
     for j in 0..w {
-        out.0[j] = squash(th, w2, b2, j, t);
-        out.0[w + j] = th[b1 + j];
-        out.0[2 * w + j] = th[w3 + j] * t;
+        out.0[j] = squash(th, l.w2, l.b2, j, t);
+        out.0[w + j] = th[l.b1 + j];
+        out.0[2 * w + j] = th[l.w3 + j] * t;
     }
 }
 
@@ -177,7 +168,7 @@ pub fn forward(
         );
         let p = &kept.p[li];
         let last = li + 1 == nl;
-        squash_all(th, l.w2, l.b2, l.b1, l.w3, wo, t, &mut kept.sbc);
+        squash_all(th, l, t, &mut kept.sbc);
         let (sv, bv, cv) = kept.sbc.split3(wo);
         if last {
             // f = (P_h + b1) s + c; tr from du = P_q s
@@ -275,7 +266,7 @@ pub fn backward(
         let (inp, wo) = (l.inp, l.out);
         let (h, p) = (&kept.h[li], &kept.p[li]);
         let ubar = &mut sc.ubar[..rows * wo];
-        squash_all(th, l.w2, l.b2, l.b1, l.w3, wo, t, &mut sc.sbc);
+        squash_all(th, l, t, &mut sc.sbc);
         let (sv, bv, _) = sc.sbc.split3(wo);
         // sbar_j, cbar_j, b1bar_j (column sums), then Pbar = Ubar * s in place
         let acc = &mut sc.acc;
@@ -366,7 +357,7 @@ pub fn backward(
         // Through the nonlinearity of layer li - 1: H = [h'; g du_q], du_q = P_q s
         let lb = &layout.layers[li - 1];
         let pb = &kept.p[li - 1];
-        squash_all(th, lb.w2, lb.b2, lb.b1, lb.w3, inp, t, &mut sc.sbc);
+        squash_all(th, lb, t, &mut sc.sbc);
         let sv = sc.sbc.split3(inp).0;
         let ubar = &mut sc.ubar[..rows * inp];
         let hbar = &sc.hbar[..rows * inp];

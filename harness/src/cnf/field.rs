@@ -19,12 +19,25 @@
 //!
 //! so with `dh_0 = e_j` the last `du` is column `j` of the Jacobian and
 //! `tr J = sum_j (J e_j)_j` ([`TraceEstimator::Exact`], `d` tangents), and with `dh_0 = eps_i`
-//! the estimate is `eps_i^T J eps_i` ([`TraceEstimator::Hutchinson`], one tangent). All `n`
-//! samples (and all tangents, stacked as `k*n` rows) go through each layer as one matrix
-//! product. The taped twin ([`super::taped`]) computes the same maths on dfdx's tape.
+//! the estimate is `eps_i^T J eps_i` ([`TraceEstimator::Hutchinson`], one tangent).
+//!
+//! [`forward`] stacks the primal rows `h` (`n x in`) and the `k` tangent blocks `dh_q` into one
+//! `R x in` matrix `H = [h; dh_1; ..; dh_k]`, `R = (1 + k) n`, so each layer is one product
+//! `P = H W1^T` (`R x out`), then with `s = sigmoid(w2 t + b2)` and `c = w3 t`:
+//!
+//! ```text
+//! u    = (P_h + b1) * s + c        du_q = P_q * s
+//! h'   = tanh(u)                   dh'_q = g * du_q,   g = 1 - h'^2     (not after the last)
+//! f    = u_last                    tr = sum_j du_j[:, j]  (exact)  or  sum_j eps_j du[:, j]
+//! ```
+//!
+//! It keeps `H` and `P` of every layer ([`Kept`]) for the hand-written backward pass of
+//! [`super::adjoint`]; `tanh` is [`super::tanh::tanh`] (call-free and vectorised; f32 rounds the
+//! f64 value once). The taped twin ([`super::taped`]) computes the same maths on dfdx's tape.
 //!
 //! Guarantees: every element of `dz` is written; finite inputs and weights give finite outputs
-//! (`tanh` and `sigmoid` are bounded); the field does not read `delta`.
+//! (`tanh` and `sigmoid` are bounded); the field does not read `delta`; the buffers grow on the
+//! first call and are reused after it.
 //!
 //! # References
 //! - W. Grathwohl, R. T. Q. Chen, J. Bettencourt, I. Sutskever, D. Duvenaud, "FFJORD:
@@ -34,7 +47,7 @@
 //! [`TraceEstimator::Exact`]: super::TraceEstimator::Exact
 //! [`TraceEstimator::Hutchinson`]: super::TraceEstimator::Hutchinson
 
-use super::config::Layout;
+use super::config::{LayerLayout, Layout};
 use crate::backend::{gemm_into, Operand, Real};
 use crate::ode::VectorField;
 use std::cell::RefCell;
@@ -53,16 +66,7 @@ pub struct BlockField<'a, A> {
     pub theta: &'a [A],
     pub n: usize,
     pub tangents: Tangents<'a, A>,
-    work: RefCell<Work<A>>,
-}
-
-/// Reusable buffers of [`eval_block`] (grown on first use, then reused).
-#[derive(Default)]
-pub struct Work<A> {
-    h: Vec<A>,
-    u: Vec<A>,
-    dh: Vec<A>,
-    du: Vec<A>,
+    kept: RefCell<Kept<A>>,
 }
 
 impl<'a, A: Real> BlockField<'a, A> {
@@ -72,125 +76,184 @@ impl<'a, A: Real> BlockField<'a, A> {
             theta,
             n,
             tangents,
-            work: RefCell::new(Work::default()),
+            kept: RefCell::new(Kept::default()),
         }
     }
 
     /// `f(t, y)` into `f` (`n x d`) and the trace into `tr` (`n`).
     pub fn eval_parts(&self, t: A, y: &[A], f: &mut [A], tr: &mut [A]) {
-        let mut w = self.work.borrow_mut();
-        eval_block(
+        let probes = match self.tangents {
+            Tangents::Exact => None,
+            Tangents::Probes(p) => Some(p),
+        };
+        forward(
             self.layout,
             self.theta,
             self.n,
-            self.tangents,
-            &mut w,
+            probes,
             t,
             y,
             f,
             tr,
+            &mut self.kept.borrow_mut(),
         );
     }
 }
 
-/// The field of one block: `f(t, y)` into `f` (`n x d`) and the trace into `tr` (`n`), with
-/// parameters `th` in `layout` order (see the module docs for the maths).
+/// One evaluation's intermediate values, kept for the backward pass of [`super::adjoint`]: the
+/// time and, per layer, the stacked input `H` and product `P = H W1^T`. Reused between calls.
+pub struct Kept<A> {
+    pub(super) t: A,
+    pub(super) h: Vec<Vec<A>>,
+    pub(super) p: Vec<Vec<A>>,
+    pub(super) sbc: Sbc<A>,
+}
+
+impl<A: Real> Default for Kept<A> {
+    fn default() -> Self {
+        Kept {
+            t: A::zero(),
+            h: Vec::new(),
+            p: Vec::new(),
+            sbc: Sbc(Vec::new()),
+        }
+    }
+}
+
+/// One layer's per-unit vectors `s = sigmoid(w2 t + b2)`, `b1` and `c = w3 t`, stored as
+/// `[s; b1; c]`.
+#[derive(Default)]
+pub struct Sbc<A>(Vec<A>);
+
+impl<A> Sbc<A> {
+    pub(super) fn split3(&self, w: usize) -> (&[A], &[A], &[A]) {
+        let (s, rest) = self.0[..3 * w].split_at(w);
+        let (b, c) = rest.split_at(w);
+        (s, b, c)
+    }
+}
+
+/// `[s; b1; c]` of layer `l` at time `t` into `out`.
+pub(super) fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc<A>) {
+    let w = l.out;
+    out.0.resize(3 * w, A::zero());
+    for j in 0..w {
+        // s_j = sigmoid(w2_j t + b2_j)
+        out.0[j] = A::one() / (A::one() + (-(th[l.w2 + j] * t + th[l.b2 + j])).exp());
+        out.0[w + j] = th[l.b1 + j];
+        out.0[2 * w + j] = th[l.w3 + j] * t;
+    }
+}
+
+/// `tanh` by [`super::tanh::tanh`] in f64 (for f32, rounded once from the f64 value).
+fn tanh_of<A: Real>(x: A) -> A {
+    A::of_f64(super::tanh::tanh(x.as_f64()))
+}
+
+/// The stacked forward pass at `(t, y)`: `f` (`n x d`) into `f`, the trace (`n`) into `tr`,
+/// keeping each layer's `H` and `P` in `kept`. `probes` is `None` for the exact
+/// trace (`k = d` unit tangents) or the `n x d` Hutchinson probes (`k = 1`).
 #[allow(clippy::too_many_arguments)]
-pub fn eval_block<A: Real>(
+pub fn forward<A: Real>(
     layout: &Layout,
     th: &[A],
     n: usize,
-    tangents: Tangents<'_, A>,
-    w: &mut Work<A>,
+    probes: Option<&[A]>,
     t: A,
     y: &[A],
     f: &mut [A],
     tr: &mut [A],
+    kept: &mut Kept<A>,
 ) {
-    {
-        let d = layout.data_size;
-        let k = match tangents {
-            Tangents::Exact => d,
-            Tangents::Probes(_) => 1,
-        };
-        let wmax = layout.max_width();
-        for buf in [&mut w.h, &mut w.u] {
-            buf.resize(n * wmax, A::zero());
-        }
-        for buf in [&mut w.dh, &mut w.du] {
-            buf.resize(k * n * wmax, A::zero());
-        }
-        // h = y, dh = e_j (block j) or eps
-        w.h[..n * d].copy_from_slice(&y[..n * d]);
-        match tangents {
-            Tangents::Exact => {
-                for j in 0..d {
-                    for i in 0..n {
-                        let row = &mut w.dh[(j * n + i) * d..(j * n + i + 1) * d];
-                        row.fill(A::zero());
-                        row[j] = A::one();
-                    }
+    let d = layout.data_size;
+    let k = probes.map_or(d, |_| 1);
+    let rows = (1 + k) * n;
+    let nl = layout.layers.len();
+    kept.t = t;
+    kept.h.resize_with(nl, Vec::new);
+    kept.p.resize_with(nl, Vec::new);
+    // H_0 = [y; e_1 ..; e_d] or [y; eps]
+    let h0 = &mut kept.h[0];
+    h0.resize(rows * d, A::zero());
+    h0[..n * d].copy_from_slice(&y[..n * d]);
+    match probes {
+        None => {
+            for q in 0..d {
+                for row in h0[(1 + q) * n * d..(2 + q) * n * d].chunks_exact_mut(d) {
+                    row.fill(A::zero());
+                    row[q] = A::one();
                 }
             }
-            Tangents::Probes(eps) => w.dh[..n * d].copy_from_slice(&eps[..n * d]),
         }
-        let nl = layout.layers.len();
-        for (li, l) in layout.layers.iter().enumerate() {
-            let (inp, out) = (l.inp, l.out);
-            // W1^T as a strided operand: element (c, j) = W1[j, c] = th[w1 + j*inp + c]
-            let w1t = Operand {
+        Some(eps) => h0[n * d..2 * n * d].copy_from_slice(&eps[..n * d]),
+    }
+    for (li, l) in layout.layers.iter().enumerate() {
+        let (inp, wo) = (l.inp, l.out);
+        // P = H W1^T; W1^T as a strided operand: (c, j) = W1[j, c] = th[w1 + j inp + c]
+        let p = &mut kept.p[li];
+        p.resize(rows * wo, A::zero());
+        gemm_into(
+            rows,
+            wo,
+            inp,
+            p,
+            0,
+            wo,
+            Operand {
+                data: &kept.h[li],
+                offset: 0,
+                rs: inp,
+                cs: 1,
+            },
+            Operand {
                 data: th,
                 offset: l.w1,
                 rs: 1,
                 cs: inp,
-            };
-            let lhs = |data| Operand {
-                data,
-                offset: 0,
-                rs: inp,
-                cs: 1,
-            };
-            gemm_into(n, out, inp, &mut w.u, 0, out, lhs(&w.h), w1t);
-            gemm_into(k * n, out, inp, &mut w.du, 0, out, lhs(&w.dh), w1t);
-            let last = li + 1 == nl;
-            for j in 0..out {
-                // s_j = sigmoid(w2_j t + b2_j), c_j = w3_j t
-                let s = A::one() / (A::one() + (-(th[l.w2 + j] * t + th[l.b2 + j])).exp());
-                let c = th[l.w3 + j] * t;
-                let b = th[l.b1 + j];
-                for i in 0..n {
-                    let u = &mut w.u[i * out + j];
-                    *u = (*u + b) * s + c;
-                }
-                for r in 0..k * n {
-                    w.du[r * out + j] *= s;
+            },
+        );
+        let p = &kept.p[li];
+        let last = li + 1 == nl;
+        squash_all(th, l, t, &mut kept.sbc);
+        let (sv, bv, cv) = kept.sbc.split3(wo);
+        if last {
+            // f = (P_h + b1) s + c; tr from du = P_q s
+            for i in 0..n {
+                let (pr, fr) = (&p[i * wo..(i + 1) * wo], &mut f[i * d..(i + 1) * d]);
+                for j in 0..wo {
+                    fr[j] = (pr[j] + bv[j]) * sv[j] + cv[j];
                 }
             }
-            if last {
-                break;
+            for (i, tri) in tr[..n].iter_mut().enumerate() {
+                *tri = match probes {
+                    // sum_j (J e_j)_j: row i of tangent block j, column j
+                    None => (0..d).map(|j| p[((1 + j) * n + i) * wo + j] * sv[j]).sum(),
+                    // eps_i . (J eps_i)
+                    Some(eps) => (0..d)
+                        .map(|j| eps[i * d + j] * (p[(n + i) * wo + j] * sv[j]))
+                        .sum(),
+                };
             }
-            // h' = tanh(u), dh' = (1 - h'^2) du (row r of tangent block q uses sample r % n)
-            for i in 0..n * out {
-                w.h[i] = w.u[i].tanh();
-            }
-            for q in 0..k {
-                for i in 0..n {
-                    for j in 0..out {
-                        let h = w.h[i * out + j];
-                        let r = (q * n + i) * out + j;
-                        w.dh[r] = (A::one() - h * h) * w.du[r];
-                    }
-                }
+            break;
+        }
+        // H_{l+1} = [tanh(u); (1 - h'^2) du_q]
+        let hn = &mut kept.h[li + 1];
+        hn.resize(rows * wo, A::zero());
+        let (hp, ht) = hn.split_at_mut(n * wo);
+        for (hr, pr) in hp.chunks_exact_mut(wo).zip(p.chunks_exact(wo)) {
+            for j in 0..wo {
+                hr[j] = tanh_of((pr[j] + bv[j]) * sv[j] + cv[j]);
             }
         }
-        f[..n * d].copy_from_slice(&w.u[..n * d]);
-        for (i, tri) in tr.iter_mut().enumerate().take(n) {
-            *tri = match tangents {
-                // sum_j (J e_j)_j: row i of tangent block j, column j
-                Tangents::Exact => (0..d).map(|j| w.du[(j * n + i) * d + j]).sum(),
-                // eps_i . (J eps_i)
-                Tangents::Probes(eps) => (0..d).map(|j| eps[i * d + j] * w.du[i * d + j]).sum(),
-            };
+        for (r, (tr_, pr)) in ht
+            .chunks_exact_mut(wo)
+            .zip(p[n * wo..rows * wo].chunks_exact(wo))
+            .enumerate()
+        {
+            let hr = &hp[(r % n) * wo..(r % n + 1) * wo];
+            for j in 0..wo {
+                tr_[j] = (A::one() - hr[j] * hr[j]) * (pr[j] * sv[j]);
+            }
         }
     }
 }

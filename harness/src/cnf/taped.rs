@@ -10,9 +10,9 @@
 //! [`TrainBlock`] is a [`DiffField`]: [`crate::ode::grad`] takes it through a solve with the full
 //! tape or checkpointing.
 
-use super::adjoint::{self, BackScratch, Kept};
+use super::adjoint::{self, BackScratch};
 use super::config::Layout;
-use super::field::{eval_block, Tangents, Work};
+use super::field::{self, Kept};
 use crate::backend::{
     device, reuse2, taped_add_row, taped_as_matrix, taped_concat, taped_const, taped_const2,
     taped_flatten, taped_matmul_t, taped_mul_row, taped_one_minus_sq, taped_range, taped_reuse,
@@ -36,9 +36,8 @@ pub struct TrainBlock {
     /// (the cross-check of the two).
     #[doc(hidden)]
     pub on_tape: bool,
-    work: RefCell<Work<f64>>,
-    kept: RefCell<Vec<Kept>>,
-    scratch: RefCell<Kept>,
+    kept: RefCell<Vec<Kept<f64>>>,
+    scratch: RefCell<Kept<f64>>,
     back: RefCell<BackScratch>,
 }
 
@@ -51,17 +50,9 @@ impl TrainBlock {
             theta,
             detach_trace: false,
             on_tape: false,
-            work: RefCell::new(Work::default()),
             kept: RefCell::new(Vec::new()),
             scratch: RefCell::new(Kept::default()),
             back: RefCell::new(BackScratch::default()),
-        }
-    }
-
-    fn tangents(&self) -> Tangents<'_, f64> {
-        match &self.probes {
-            None => Tangents::Exact,
-            Some(p) => Tangents::Probes(p),
         }
     }
 }
@@ -81,14 +72,16 @@ impl ManualVjp for TrainBlock {
         if kept.len() <= slot {
             kept.resize_with(slot + 1, Kept::default);
         }
-        adjoint::forward(
+        let (f, tr) = dy.split_at_mut(self.n * self.layout.data_size);
+        field::forward(
             &self.layout,
             theta,
             self.n,
             self.probes.as_deref(),
             t,
             y,
-            dy,
+            f,
+            tr,
             &mut kept[slot],
         );
     }
@@ -130,34 +123,18 @@ impl DiffField for TrainBlock {
         self.theta.clone()
     }
     fn eval(&self, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]) {
-        if self.on_tape {
-            let nd = self.n * self.layout.data_size;
-            let (f, tr) = dy.split_at_mut(nd);
-            let mut w = self.work.borrow_mut();
-            eval_block(
-                &self.layout,
-                theta,
-                self.n,
-                self.tangents(),
-                &mut w,
-                t,
-                &y[..nd],
-                f,
-                tr,
-            );
-        } else {
-            // the stacked forward of the hand-written VJP, in a slot of its own
-            adjoint::forward(
-                &self.layout,
-                theta,
-                self.n,
-                self.probes.as_deref(),
-                t,
-                y,
-                dy,
-                &mut self.scratch.borrow_mut(),
-            );
-        }
+        let (f, tr) = dy.split_at_mut(self.n * self.layout.data_size);
+        field::forward(
+            &self.layout,
+            theta,
+            self.n,
+            self.probes.as_deref(),
+            t,
+            y,
+            f,
+            tr,
+            &mut self.scratch.borrow_mut(),
+        );
     }
     fn eval_taped(&self, t: f64, y: Taped, theta: Taped) -> Taped {
         let dev = device();

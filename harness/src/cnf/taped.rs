@@ -66,24 +66,22 @@ fn unit_rows(n: usize, d: usize, j: usize) -> Vec<f64> {
     e
 }
 
+impl TrainBlock {
+    /// The field ([`field::forward`]) into `dy = [f; tr]`, keeping its products in `kept`.
+    fn forward(&self, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64], kept: &mut Kept<f64>) {
+        let (f, tr) = dy.split_at_mut(self.n * self.layout.data_size);
+        let probes = self.probes.as_deref();
+        field::forward(&self.layout, theta, self.n, probes, t, y, f, tr, kept);
+    }
+}
+
 impl ManualVjp for TrainBlock {
     fn eval_kept(&self, slot: usize, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]) {
         let mut kept = self.kept.borrow_mut();
         if kept.len() <= slot {
             kept.resize_with(slot + 1, Kept::default);
         }
-        let (f, tr) = dy.split_at_mut(self.n * self.layout.data_size);
-        field::forward(
-            &self.layout,
-            theta,
-            self.n,
-            self.probes.as_deref(),
-            t,
-            y,
-            f,
-            tr,
-            &mut kept[slot],
-        );
+        self.forward(t, y, theta, dy, &mut kept[slot]);
     }
     fn vjp_kept(
         &self,
@@ -123,18 +121,7 @@ impl DiffField for TrainBlock {
         self.theta.clone()
     }
     fn eval(&self, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]) {
-        let (f, tr) = dy.split_at_mut(self.n * self.layout.data_size);
-        field::forward(
-            &self.layout,
-            theta,
-            self.n,
-            self.probes.as_deref(),
-            t,
-            y,
-            f,
-            tr,
-            &mut self.scratch.borrow_mut(),
-        );
+        self.forward(t, y, theta, dy, &mut self.scratch.borrow_mut());
     }
     fn eval_taped(&self, t: f64, y: Taped, theta: Taped) -> Taped {
         let dev = device();

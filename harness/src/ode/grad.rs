@@ -518,17 +518,15 @@ impl<F: DiffField + ?Sized> ReverseSweep<'_, '_, F> {
         }
         for k in (0..n).rev() {
             let yk = &self.stack[k * d..(k + 1) * d];
-            step_vjp_any(
-                self.field,
-                self.tab,
-                self.ts[k],
-                self.ts[k + 1],
-                yk,
-                self.theta,
-                &mut self.lambda,
-                &mut self.g_theta,
-                self.drop_stage,
-            );
+            let at = StepAt {
+                tab: self.tab,
+                tprev: self.ts[k],
+                tnext: self.ts[k + 1],
+                y: yk,
+                theta: self.theta,
+                drop_stage: self.drop_stage,
+            };
+            step_vjp_any(self.field, at, &mut self.lambda, &mut self.g_theta);
         }
     }
 }
@@ -566,17 +564,15 @@ impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, '_, F> {
         if self.error.is_some() {
             return;
         }
-        step_vjp_any(
-            self.field,
-            self.tab,
-            self.ts[k],
-            self.ts[k + 1],
-            &self.y,
-            self.theta,
-            &mut self.lambda,
-            &mut self.g_theta,
-            self.drop_stage,
-        );
+        let at = StepAt {
+            tab: self.tab,
+            tprev: self.ts[k],
+            tnext: self.ts[k + 1],
+            y: &self.y,
+            theta: self.theta,
+            drop_stage: self.drop_stage,
+        };
+        step_vjp_any(self.field, at, &mut self.lambda, &mut self.g_theta);
     }
 }
 
@@ -689,24 +685,29 @@ pub fn forward_on_times<F: DiffField + ?Sized>(
     y
 }
 
-/// One step's VJP: by the field's [`ManualVjp`] when it has one, else on the tape.
-#[allow(clippy::too_many_arguments)]
-fn step_vjp_any<F: DiffField + ?Sized>(
-    field: &F,
-    tab: &Tableau,
+/// One step of the reverse sweep: from `y = y_k` at `tprev` to `tnext`, with parameters
+/// `theta` (`drop_stage`: the [`Mutation::DropThetaOfStage`] knob).
+#[derive(Clone, Copy)]
+struct StepAt<'a> {
+    tab: &'a Tableau,
     tprev: f64,
     tnext: f64,
-    y: &[f64],
-    theta: &[f64],
+    y: &'a [f64],
+    theta: &'a [f64],
+    drop_stage: Option<usize>,
+}
+
+/// One step's VJP, `lambda <- (dy_{k+1}/dy_k)^T lambda`, `g_theta += (dy_{k+1}/dtheta)^T
+/// lambda`: by the field's [`ManualVjp`] when it has one, else on the tape.
+fn step_vjp_any<F: DiffField + ?Sized>(
+    field: &F,
+    at: StepAt<'_>,
     lambda: &mut Vec<f64>,
     g_theta: &mut [f64],
-    drop_stage: Option<usize>,
 ) {
     match field.manual_vjp() {
-        Some(m) => step_vjp_manual(m, tab, tprev, tnext, y, theta, lambda, g_theta, drop_stage),
-        None => step_vjp(
-            field, tab, tprev, tnext, y, theta, lambda, g_theta, drop_stage,
-        ),
+        Some(m) => step_vjp_manual(m, at, lambda, g_theta),
+        None => step_vjp(field, at, lambda, g_theta),
     }
 }
 
@@ -734,18 +735,15 @@ fn stage_time(tab: &Tableau, i: usize, tprev: f64, tnext: f64) -> f64 {
 /// lambda`), then for `i` from the last evaluated stage down to 0: `zbar_i = J_i^T kbar_i`,
 /// `ybar += zbar_i`, `kbar_j += dt a_ij zbar_i` for `j < i`, `thetabar += (df/dtheta)_i^T
 /// kbar_i`. `lambda <- ybar`.
-#[allow(clippy::too_many_arguments)]
-fn step_vjp_manual(
-    m: &dyn ManualVjp,
-    tab: &Tableau,
-    tprev: f64,
-    tnext: f64,
-    y: &[f64],
-    theta: &[f64],
-    lambda: &mut Vec<f64>,
-    g_theta: &mut [f64],
-    drop_stage: Option<usize>,
-) {
+fn step_vjp_manual(m: &dyn ManualVjp, at: StepAt<'_>, lambda: &mut Vec<f64>, g_theta: &mut [f64]) {
+    let StepAt {
+        tab,
+        tprev,
+        tnext,
+        y,
+        theta,
+        drop_stage,
+    } = at;
     let d = y.len();
     let st = tab.stages();
     let dt = tnext - tprev;
@@ -807,20 +805,21 @@ fn step_vjp_manual(
     *lambda = ybar;
 }
 
-/// One step's VJP on a taped one-step graph: `lambda <- (dy_{k+1}/dy_k)^T lambda`,
-/// `g_theta += (dy_{k+1}/dtheta)^T lambda`.
-#[allow(clippy::too_many_arguments)]
+/// One step's VJP on a taped one-step graph.
 fn step_vjp<F: DiffField + ?Sized>(
     field: &F,
-    tab: &Tableau,
-    tprev: f64,
-    tnext: f64,
-    y: &[f64],
-    theta: &[f64],
+    at: StepAt<'_>,
     lambda: &mut Vec<f64>,
     g_theta: &mut [f64],
-    drop_stage: Option<usize>,
 ) {
+    let StepAt {
+        tab,
+        tprev,
+        tnext,
+        y,
+        theta,
+        drop_stage,
+    } = at;
     let dev = device();
     let dt = tnext - tprev;
     let y_leaf = taped_leaf(&dev, y);

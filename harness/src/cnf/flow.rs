@@ -432,6 +432,7 @@ fn loss_and_grad_impl(
             }
         }
     }
+    finite_or_overflow("loss", &[loss])?;
     for (b, g) in grads.iter().enumerate() {
         finite_or_overflow(&format!("gradient of block {b}"), g)?;
     }
@@ -503,7 +504,9 @@ fn chunk_loss_and_grad(
                         .map(|i| zf[n * d + i] + log_normal(&zf[i * d..(i + 1) * d]))
                         .collect();
                     finite_or_overflow_from("log-density", first, &lp)?;
-                    loss = -lp.iter().sum::<f64>() * inv;
+                    // the mean of the terms, each scaled first: a sum of n log-densities near
+                    // -f64::MAX would overflow where their mean does not
+                    loss = -lp.iter().map(|&v| v * inv).sum::<f64>();
                     let mut w = vec![-inv; n * (d + 1)];
                     for (wi, &yi) in w[..n * d].iter_mut().zip(&zf[..n * d]) {
                         *wi = yi * inv;

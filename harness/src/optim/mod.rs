@@ -181,3 +181,19 @@ pub fn radam(
 }
 
 pub use crate::tree::apply_updates;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_by_learning_rate_reports_the_rate_it_was_built_with_and_rejects_non_finite() {
+        // killed the mutants `learning_rate -> 0.0` and `-> 1.0` (mutation sample 2026-11-23)
+        for lr in [0.25, -3.0e-4, 2.0] {
+            assert_eq!(ScaleByLearningRate::new(lr).unwrap().learning_rate(), lr);
+        }
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert!(ScaleByLearningRate::new(bad).is_err());
+        }
+    }
+}

@@ -12,6 +12,9 @@
 #   MUTANTS_FILES    space-separated files or directories to mutate (default: the reference
 #                    modules harness/src/{optim,ode,stack,stage,cnf}; missing ones are skipped)
 #   MUTANTS_SHARD    k/n: run only shard k (0-based) of n, cargo-mutants --shard (default: all)
+#   MUTANTS_SHARDING slice (cargo-mutants' default: shard k is the k-th consecutive range, e.g. one
+#                    file's mutants) or round-robin (mutant i on shard i % n: a systematic sample
+#                    across every file, for estimating the score of the whole tree)
 #   MUTANTS_RE       only mutants whose name matches this regex (cargo-mutants --re), e.g. to
 #                    re-test a missed mutant after adding the test that should kill it
 #   MUTANTS_TESTS    cargo target selection for the build and the test run, e.g.
@@ -56,6 +59,7 @@ if [[ ! " ${args[*]} " =~ " --file=" ]]; then
   exit 2
 fi
 if [[ -n "${MUTANTS_SHARD:-}" ]]; then args+=(--shard "$MUTANTS_SHARD"); fi
+if [[ -n "${MUTANTS_SHARDING:-}" ]]; then args+=(--sharding "$MUTANTS_SHARDING"); fi
 if [[ -n "${MUTANTS_RE:-}" ]]; then args+=(--re "$MUTANTS_RE"); fi
 if [[ -n "${MUTANTS_TIMEOUT:-}" ]]; then args+=(--timeout "$MUTANTS_TIMEOUT"); fi
 args+=(--baseline "${MUTANTS_BASELINE:-run}")

@@ -196,4 +196,14 @@ mod tests {
             assert!(ScaleByLearningRate::new(bad).is_err());
         }
     }
+
+    #[test]
+    fn scale_by_learning_rate_static_key_separates_rates() {
+        // The specialisation cache reuses a plan only for an equal static key: two rates sharing
+        // a key would share a plan (killed the mutants `static_key -> 0` / `-> 1`).
+        let key = |lr| Transform::<f32>::static_key(&ScaleByLearningRate::new(lr).unwrap());
+        assert_eq!(key(0.1), key(0.1));
+        assert_ne!(key(0.1), key(0.2));
+        assert_ne!(key(0.1), key(-0.1));
+    }
 }

@@ -267,6 +267,22 @@ fn cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows() {
         live.windows(2).all(|w| w[1] > w[0]),
         "mutant live bytes per step: {live:?}"
     );
+    // `train_for` (what `harness train-cnf` reports) sees the same growth between its first and
+    // last step, and none for the real trainer.
+    let report = |m| {
+        harness::laws::cnf::measurement_pool().install(|| {
+            let mut t = trainer_for(&c, m).unwrap();
+            let s = t.init().unwrap();
+            harness::cnf::train::train_for(&mut t, s, 4, |_, _| {})
+                .unwrap()
+                .0
+        })
+    };
+    let (good, bad) = (report(None), report(Some(Mutation::StaticStep)));
+    assert_eq!((good.steps, good.traces), (4, 1));
+    assert_eq!(good.live_bytes_first, good.live_bytes_last, "{good:?}");
+    assert_eq!(bad.traces, 4);
+    assert!(bad.live_bytes_last > bad.live_bytes_first, "{bad:?}");
     println!("  cnf-static-step: {err}; live bytes after steps 1..4: {live:?}");
 }
 

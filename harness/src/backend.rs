@@ -937,7 +937,7 @@ impl Graph {
         Self::default()
     }
     /// Make `t` shareable: its producing operations are parked here and the returned value (same
-    /// id, empty tape) can be used any number of times through [`reuse`] / [`reuse2`].
+    /// id, empty tape) can be used any number of times through [`reuse2`] (or dfdx's `with_empty_tape`).
     pub fn share<S: dfdx::shapes::Shape>(
         &mut self,
         t: Tensor<S, f64, Cpu, Tape64>,

@@ -425,7 +425,7 @@ fn grad_case(max_const_steps: u32, rtols: [f64; 2]) -> impl Strategy<Value = Gra
         })
 }
 
-/// [`grad_case`]'s cases solved backward (`t1 < t0`), for
+/// `grad_case`'s cases solved backward (`t1 < t0`), for
 /// [`grad_backward_matches_fd`].
 pub fn backward_grad_case() -> impl Strategy<Value = GradCase> {
     grad_case(30, [1e-4, 1e-6]).prop_map(|c| GradCase {

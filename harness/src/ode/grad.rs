@@ -1,7 +1,7 @@
 //! # Gradients through a solve: discretise-then-optimise, full tape or checkpointed
 //!
 //! For `L = <w, y(t1)>` with `w = dL/dy(t1)` given, [`gradient`] returns `dL/dy0` and
-//! `dL/dtheta` for a field with parameters `theta` ([`DiffField`]). The forward [`solve`] (any
+//! `dL/dtheta` for a field with parameters `theta` ([`DiffField`]). The forward [`solve`](super::solve()) (any
 //! tableau, any controller) fixes the accepted step times `t_0 < ... < t_n` (step-size decisions
 //! are not differentiated, as in diffrax); the states `y_k` along those times are recomputed by
 //! one plain-f64 Runge–Kutta step function ([`forward_on_times`]), and a reverse sweep applies
@@ -42,7 +42,7 @@
 //! Guarantees: `w`, `y0` and `theta` of the wrong length are [`crate::Error::ShapeMismatch`];
 //! non-finite `w`, `y0`, `theta` or times are [`crate::Error::InvalidHyper`]; solve errors
 //! (max_steps, bad controller) propagate. `y_final` returned is the recomputed state, equal bit
-//! for bit to [`solve`]'s for forward (`t1 > t0`) solves.
+//! for bit to [`solve`](super::solve())'s for forward (`t1 > t0`) solves.
 //!
 //! # References
 //! - P. Kidger, diffrax 0.7.2 `RecursiveCheckpointAdjoint` (`_adjoint.py`) and equinox's

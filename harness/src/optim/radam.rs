@@ -1,6 +1,6 @@
 //! RAdam (`optax.scale_by_radam`), composed form, with the selection as a choice of form.
 //!
-//! With `t = count + 1`, moments and bias correction as Adam's (see [`super::adam`]):
+//! With `t = count + 1`, moments and bias correction as Adam's (see [`super::adam()`]):
 //!
 //! ```text
 //! rho_inf = 2/(1-b2) - 1

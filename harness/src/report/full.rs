@@ -2,7 +2,7 @@
 //! and init-peak measurements in one directory — `check.json`, `summary.md` and SVG plots.
 //!
 //! [`collect`] runs everything (laws first, then mutants and golden, then the memory
-//! measurements, sequentially and under [`crate::probe::exclusive`]); [`write`] renders a
+//! measurements, sequentially and under [`crate::probe::exclusive`]); [`write()`] renders a
 //! [`Report`] into a directory. [`ReportConfig::full`] is what the CLI runs;
 //! [`ReportConfig::tiny`] is small enough for a test.
 
@@ -288,7 +288,7 @@ pub fn collect(cfg: &ReportConfig, bar: &ProgressBar) -> Report {
     report
 }
 
-/// Files [`write`] produces besides the memory charts (one `memory-<family>.svg` per family).
+/// Files [`write()`] produces besides the memory charts (one `memory-<family>.svg` per family).
 pub const FILES: [&str; 6] = [
     "check.json",
     "summary.md",

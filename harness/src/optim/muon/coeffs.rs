@@ -1,6 +1,6 @@
 //! Newton–Schulz coefficients: presets, validation, and the per-dtype conversion policy.
 //!
-//! The coefficient *tensor* is built in exactly one place, [`build`], called by `Muon::init`; it
+//! The coefficient *tensor* is built in exactly one place, `build`, called by `Muon::init`; it
 //! lives in the state (`ns_coeffs`, float64 — the run's default float dtype under jax x64) and is
 //! carried unchanged by every update. Each use converts it to the matrix's arithmetic dtype
 //! through a [`CoeffPolicy`]; the reference ([`PerUse`]) converts afresh at every use.

@@ -8,3 +8,5 @@ cargo run --release -q -p harness -- mutants
 bash ci/fuzz-smoke.sh
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
+# Intra-doc links: a renamed item must not leave a dead link in the rustdoc headers.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness

@@ -323,3 +323,32 @@ fn committed_pgm_image_loads_and_samples_on_its_strokes() {
     assert!(mean.abs() < 0.3 && (var - 1.0).abs() < 0.35, "{mean} {var}");
     assert!(Dataset::parse("no-such-set").is_err());
 }
+
+#[test]
+fn train_for_reports_each_step_loss_and_a_finite_positive_time_per_step() {
+    use harness::cnf::train::train_for;
+    let c = TrainCase {
+        steps: 3,
+        seed: 1,
+        width: 2,
+        batch: 4,
+        hutchinson: false,
+        checkpointed: false,
+    };
+    let mut t = trainer_for(&c, None).unwrap();
+    let s = t.init().unwrap();
+    let mut seen = vec![];
+    let (r, _) = train_for(&mut t, s.clone(), 3, |i, l| seen.push((i, l))).unwrap();
+    assert_eq!(r.steps, 3);
+    assert_eq!(r.loss.len(), 3);
+    let expect: Vec<(usize, f64)> = r.loss.iter().copied().enumerate().collect();
+    assert_eq!(seen, expect, "progress sees every step's loss, in order");
+    // Wall time over steps (each step takes far longer than the clock's resolution).
+    assert!(
+        r.seconds_per_step.is_finite() && r.seconds_per_step > 0.0,
+        "{r:?}"
+    );
+    // No step: nothing to divide by, the figure is 0 (never NaN).
+    let (r0, _) = train_for(&mut t, s, 0, |_, _| panic!("no step ran")).unwrap();
+    assert_eq!((r0.steps, r0.loss.len(), r0.seconds_per_step), (0, 0, 0.0));
+}

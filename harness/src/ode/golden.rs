@@ -757,6 +757,33 @@ mod tests {
     }
 
     #[test]
+    fn a_value_of_the_wrong_json_type_is_named_in_the_error() {
+        let good = load("ode-lv-tsit5-pid.json");
+        let msg = |f: &dyn Fn(&mut Value)| {
+            let mut c = good.clone();
+            f(&mut c);
+            golden_msg(replay_golden(&c))
+        };
+        use serde_json::json;
+        for (what, got) in [
+            (json!(null), "got null"),
+            (json!(true), "got a boolean"),
+            (json!([0.0]), "got an array"),
+            (json!({"t": 0.0}), "got an object"),
+        ] {
+            let m = msg(&|c| c["t0"] = what.clone());
+            assert!(
+                m.contains("`t0` must be a number") && m.ends_with(got),
+                "{m}"
+            );
+        }
+        let m = msg(&|c| c["solver"] = json!(5));
+        assert!(m.ends_with("must be a string, got a number"), "{m}");
+        let m = msg(&|c| c["problem"] = json!("lotka_volterra"));
+        assert!(m.ends_with("must be an object, got a string"), "{m}");
+    }
+
+    #[test]
     fn non_finite_expected_values_follow_the_format_rule() {
         let c = compare(
             "ys",

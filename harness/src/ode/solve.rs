@@ -295,7 +295,7 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
                 (Some(h), _) => h,
                 (None, InitialStep::Diffrax0p01) => A::of_f64(0.01),
                 (None, InitialStep::Hairer) => {
-                    let (f0, rest) = fs.split_at_mut(n);
+                    // `yerr` is free scratch until the first error estimate.
                     let h = hairer_initial_step(
                         g,
                         s0,
@@ -303,9 +303,9 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
                         A::of_f64(p.rtol),
                         A::of_f64(p.atol),
                         tab.order(),
-                        f0,
+                        &mut fs[..n],
                         &mut ytmp,
-                        if st > 1 { &mut rest[..n] } else { &mut yerr },
+                        &mut yerr,
                     );
                     // fs[0] now holds f(s0, y0): reuse it as the first stage.
                     f0_valid = true;

@@ -209,6 +209,55 @@ fn hand_vjp_law_fails_when_the_hand_written_vjp_drops_the_trace_cotangent() {
 }
 
 #[test]
+fn the_tape_reference_is_computed_independently_of_the_hand_written_vjp() {
+    // An oracle that routes through the code it checks passes every comparison. The tape and the
+    // hand-written VJP agree within CNF_MANUAL_VJP (the law above) but order their floating-point
+    // operations differently, so some gradient entries differ in their last bits; identical bits
+    // everywhere would mean the "reference" is the hand-written VJP itself.
+    let c = VjpCase {
+        model: small_model(),
+        tiles: 1,
+        hutchinson: false,
+    };
+    let (p, x, probes) = c.inputs();
+    let mode = GradMode::FullTape;
+    let hand = flow::loss_and_grad(&p, &x, probes.as_deref(), mode).unwrap();
+    let tape = flow::loss_and_grad_on_tape(&p, &x, probes.as_deref(), mode).unwrap();
+    let (h, t): (Vec<f64>, Vec<f64>) = (hand.grads.concat(), tape.grads.concat());
+    assert_eq!(h.len(), t.len());
+    let differ = h
+        .iter()
+        .zip(&t)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert!(differ > 0, "all {} entries bitwise equal", h.len());
+}
+
+#[test]
+fn density_grid_uses_the_exact_trace_and_holds_unit_mass() {
+    use harness::cnf::train::density_grid;
+    let exact = small_model().params();
+    let mut hutchinson = exact.clone();
+    hutchinson.cfg.trace = TraceEstimator::Hutchinson(Probe::Gaussian);
+    let (n, half) = (40, 7.0);
+    let extent = (-half, half, -half, half);
+    // There are no probes on a grid: whatever the model trains with, the grid uses the exact trace.
+    let g = density_grid(&hutchinson, extent, n, 256).unwrap();
+    assert_eq!((g.nx, g.ny, g.values.len()), (n, n, n * n));
+    assert_eq!(
+        g.values,
+        density_grid(&exact, extent, n, 256).unwrap().values
+    );
+    assert!(g.values.iter().all(|v| v.is_finite() && *v >= 0.0));
+    // Change of variables makes p a density: the midpoint rule over [-7, 7]^2 sums to 1 (the base
+    // Gaussian's mass outside is < 1e-10, the rule converges geometrically on smooth, decaying
+    // integrands; measured 1 - 1.2e-11). The bound leaves room for the solver's tolerance.
+    let cell = (2.0 * half / n as f64).powi(2);
+    let mass = g.values.iter().sum::<f64>() * cell;
+    assert!((mass - 1.0).abs() < 1e-4, "mass {mass}");
+}
+
+#[test]
 fn loss_and_grad_is_bitwise_identical_on_one_and_two_threads() {
     // 300 samples: three chunks of the parallel split (128, 128, 44)
     let c = VjpCase {

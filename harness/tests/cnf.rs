@@ -258,6 +258,42 @@ fn density_grid_uses_the_exact_trace_and_holds_unit_mass() {
 }
 
 #[test]
+fn a_sample_that_overflows_in_a_later_chunk_is_reported_at_its_batch_index() {
+    // A linear block f(z) = 0.5 * 1e10 z (W1 = 1e10 I, sigmoid(0) = 0.5): a zero point stays
+    // exactly zero, any other point overflows f64 within the ten constant steps. d = 3, and
+    // 131 points are two chunks of GRAD_CHUNK = 128 and 3; only the last point is non-zero.
+    let d = 3;
+    let mut w1 = vec![0.0; d * d];
+    for i in 0..d {
+        w1[i * d + i] = 1e10;
+    }
+    let c = LinearCase {
+        d,
+        blocks: vec![(w1, vec![0.0; d])],
+        x: vec![],
+        t1: 1.0,
+    };
+    let p = c.params();
+    let point = [0.0, 0.0, 1.0];
+    let index_of = |e: Error| match e {
+        Error::Overflow(m) if m.starts_with("sample at index ") => {
+            m[16..].split(' ').next().unwrap().parse::<usize>().unwrap()
+        }
+        e => panic!("expected a sample overflow, got {e:?}"),
+    };
+    // Alone, the point overflows at element j of itself.
+    let j = index_of(flow::sample(&p, &point, None).unwrap_err());
+    assert!(j < d);
+    let n = flow::GRAD_CHUNK + 3;
+    let mut z = vec![0.0; n * d];
+    z[(n - 1) * d..].copy_from_slice(&point);
+    assert_eq!(
+        index_of(flow::sample(&p, &z, None).unwrap_err()),
+        (n - 1) * d + j
+    );
+}
+
+#[test]
 fn loss_and_grad_is_bitwise_identical_on_one_and_two_threads() {
     // 300 samples: three chunks of the parallel split (128, 128, 44)
     let c = VjpCase {
@@ -374,7 +410,7 @@ fn committed_pgm_image_loads_and_samples_on_its_strokes() {
 }
 
 #[test]
-fn train_for_reports_each_step_loss_and_a_finite_positive_time_per_step() {
+fn train_for_reports_each_step_loss_and_a_time_per_step_within_the_wall_time() {
     use harness::cnf::train::train_for;
     let c = TrainCase {
         steps: 3,
@@ -387,15 +423,18 @@ fn train_for_reports_each_step_loss_and_a_finite_positive_time_per_step() {
     let mut t = trainer_for(&c, None).unwrap();
     let s = t.init().unwrap();
     let mut seen = vec![];
+    let wall = std::time::Instant::now();
     let (r, _) = train_for(&mut t, s.clone(), 3, |i, l| seen.push((i, l))).unwrap();
+    let wall = wall.elapsed().as_secs_f64();
     assert_eq!(r.steps, 3);
     assert_eq!(r.loss.len(), 3);
     let expect: Vec<(usize, f64)> = r.loss.iter().copied().enumerate().collect();
     assert_eq!(seen, expect, "progress sees every step's loss, in order");
     // Wall time over steps (each step takes far longer than the clock's resolution).
+    // and the steps' total cannot exceed the wall time around the call.
     assert!(
-        r.seconds_per_step.is_finite() && r.seconds_per_step > 0.0,
-        "{r:?}"
+        r.seconds_per_step > 0.0 && r.seconds_per_step * 3.0 <= wall,
+        "{r:?}, wall {wall} s"
     );
     // No step: nothing to divide by, the figure is 0 (never NaN).
     let (r0, _) = train_for(&mut t, s, 0, |_, _| panic!("no step ran")).unwrap();

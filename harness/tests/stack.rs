@@ -161,3 +161,12 @@ fn initialised_stack_checksums() {
     ];
     insta::assert_json_snapshot!("stack_checksums", rows);
 }
+
+#[test]
+fn strategy_display_is_its_cli_name_and_parses_back() {
+    for s in Strategy::ALL {
+        let shown = s.to_string();
+        assert_eq!(shown, s.name());
+        assert_eq!(Strategy::parse(&shown), Some(s));
+    }
+}

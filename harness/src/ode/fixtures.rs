@@ -291,6 +291,23 @@ mod tests {
     }
 
     #[test]
+    fn lotka_volterra_invariant_matches_hand_values_and_is_constant_along_the_flow() {
+        let lv = LotkaVolterra::new(1.5, 1.0, 3.0, 1.0).unwrap();
+        // V = delta x - gamma ln x + beta y - alpha ln y; at (1, 1) the logs vanish: 1 + 1.
+        assert_eq!(lv.invariant([1.0, 1.0]), 2.0);
+        // at (e, e): e - 3 + e - 1.5
+        let e = std::f64::consts::E;
+        assert!((lv.invariant([e, e]) - (2.0 * e - 4.5)).abs() < 1e-15);
+        // dV/dt = (delta - gamma/x) x' + (beta - alpha/y) y' = 0 along the field (closed form).
+        let mut dy = [0.0f64; 2];
+        for y in [[1.0, 1.0], [0.5, 2.0], [4.0, 0.25]] {
+            lv.eval(0.0, &y, &mut dy);
+            let dv = (lv.delta - lv.gamma / y[0]) * dy[0] + (lv.beta - lv.alpha / y[1]) * dy[1];
+            assert!(dv.abs() < 1e-12, "{y:?}: {dv}");
+        }
+    }
+
+    #[test]
     fn fixtures_evaluate_in_f32() {
         let mut dy = [0.0f32; 2];
         VanDerPol::new(1.0)

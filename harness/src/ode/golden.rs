@@ -830,4 +830,56 @@ mod tests {
         assert_eq!(p, GoldenProblem::VanDerPol(VanDerPol { mu: 1.0 }));
         assert!(parse_problem(&cx, &serde_json::json!({"name": "linear", "args": {"A": {"shape": [2, 3], "data": [0, 0, 0, 0, 0, 0]}}})).is_err());
     }
+
+    #[test]
+    fn golden_problems_keep_their_fixture_dimension_so_a_wrong_state_is_a_shape_error() {
+        use serde_json::json;
+        let cx = Ctx { name: "t".into() };
+        let a = json!({"shape": [3, 3], "data": [0.0, 1.0, 0.0, -1.0, 0.0, 0.0, 0.0, 0.0, -0.5]});
+        for (problem, d) in [
+            (json!({"name": "linear", "args": {"A": a}}), 3),
+            (
+                json!({"name": "lotka_volterra",
+                       "args": {"alpha": 1.5, "beta": 1.0, "gamma": 3.0, "delta": 1.0}}),
+                2,
+            ),
+            (json!({"name": "van_der_pol", "args": {"mu": 1.0}}), 2),
+        ] {
+            let p = parse_problem(&cx, &problem).unwrap();
+            assert_eq!(VectorField::<f64>::dim(&p), Some(d), "{problem}");
+            // One element too many: a typed error before the field is evaluated (a field that
+            // reads past its dimension would otherwise see garbage or panic).
+            let r = solve(
+                &p,
+                &Solver::Tsit5.tableau(),
+                &Controller::constant(0.1).unwrap(),
+                0.0,
+                1.0,
+                &vec![1.0; d + 1],
+                &SolveOptions::default(),
+            );
+            assert!(
+                matches!(&r, Err(Error::ShapeMismatch { expected, .. }) if expected == &vec![d]),
+                "{problem}: {r:?}"
+            );
+        }
+        // Forced decay acts element-wise: no fixed dimension, any state length solves.
+        let p = parse_problem(
+            &cx,
+            &json!({"name": "forced_decay", "args": {"k": 0.5, "w": 2.0}}),
+        );
+        let p = p.unwrap();
+        assert_eq!(VectorField::<f64>::dim(&p), None);
+        let ctl = Controller::constant(0.1).unwrap();
+        let r = solve(
+            &p,
+            &Solver::Tsit5.tableau(),
+            &ctl,
+            0.0,
+            1.0,
+            &[1.0; 4],
+            &SolveOptions::default(),
+        );
+        assert_eq!(r.unwrap().y_final.len(), 4);
+    }
 }

@@ -52,7 +52,7 @@ mod controller;
 pub mod fixtures;
 mod golden;
 pub mod grad;
-mod numerics;
+pub(crate) mod numerics;
 mod problem;
 mod solve;
 mod tableau;

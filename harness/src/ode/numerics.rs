@@ -71,25 +71,37 @@ pub fn minus_100_ulps<A: Real>(t1: A) -> A {
     x
 }
 
-/// `jnp.minimum`: NaN if either operand is NaN.
+/// `jnp.minimum`: IEEE 754-2019 `minimum`, which is what XLA computes on CPU (checked against
+/// jax 0.10.2): NaN if either operand is NaN, and `-0 < +0`, so `min(+0, -0) = min(-0, +0) = -0`
+/// (NumPy's `np.minimum` returns its first operand on a tie of zeros instead).
 pub fn nan_min<A: Real>(a: A, b: A) -> A {
     if NF::is_nan(a) || NF::is_nan(b) {
         A::nan()
+    } else if a < b {
+        a
     } else if b < a {
         b
-    } else {
+    } else if NF::is_sign_negative(a) {
+        // equal values: only the signs of two zeros can differ
         a
+    } else {
+        b
     }
 }
 
-/// `jnp.maximum`: NaN if either operand is NaN.
+/// `jnp.maximum`: IEEE 754-2019 `maximum` (as [`nan_min`]): NaN if either operand is NaN, and
+/// `max(+0, -0) = max(-0, +0) = +0`.
 pub fn nan_max<A: Real>(a: A, b: A) -> A {
     if NF::is_nan(a) || NF::is_nan(b) {
         A::nan()
+    } else if a > b {
+        a
     } else if b > a {
         b
-    } else {
+    } else if NF::is_sign_positive(a) {
         a
+    } else {
+        b
     }
 }
 
@@ -138,6 +150,35 @@ mod tests {
     fn minus_100_ulps_of_four_is_exact() {
         // ULP of values just below 4.0 is 2^-51 = 4*EPSILON/8*... : 4.0 - 100 * 2^-51.
         assert_eq!(minus_100_ulps(4.0f64), 4.0 - 100.0 * 2f64.powi(-51));
+    }
+
+    #[test]
+    fn nan_min_max_order_signed_zeros_as_jax_does() {
+        // jax 0.10.2 (CPU): jnp.minimum(0., -0.) = jnp.minimum(-0., 0.) = -0.,
+        // jnp.maximum(0., -0.) = jnp.maximum(-0., 0.) = 0.
+        for (a, b) in [(0.0f64, -0.0f64), (-0.0, 0.0)] {
+            assert_eq!(
+                nan_min(a, b).to_bits(),
+                (-0.0f64).to_bits(),
+                "min({a}, {b})"
+            );
+            assert_eq!(nan_max(a, b).to_bits(), 0.0f64.to_bits(), "max({a}, {b})");
+            let (a, b) = (a as f32, b as f32);
+            assert_eq!(
+                nan_min(a, b).to_bits(),
+                (-0.0f32).to_bits(),
+                "min({a}, {b}) f32"
+            );
+            assert_eq!(
+                nan_max(a, b).to_bits(),
+                0.0f32.to_bits(),
+                "max({a}, {b}) f32"
+            );
+        }
+        // otherwise the smaller / larger operand, whichever side it is on
+        assert_eq!((nan_min(1.0, 2.0), nan_min(2.0, 1.0)), (1.0, 1.0));
+        assert_eq!((nan_max(1.0, 2.0), nan_max(2.0, 1.0)), (2.0, 2.0));
+        assert_eq!(nan_min(-1.0, f64::NEG_INFINITY), f64::NEG_INFINITY);
     }
 
     #[test]

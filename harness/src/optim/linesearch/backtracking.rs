@@ -48,6 +48,7 @@ use super::objective::Objective;
 use super::LineSearch;
 use crate::backend::{Array, DType, Real};
 use crate::error::ensure;
+use crate::ode::numerics::nan_min;
 use crate::stage::{HasSignature, KeyHasher, LeafSig, Signature};
 use crate::tree::Tree;
 use crate::Result;
@@ -232,17 +233,6 @@ impl<A: Real> LineSearchState<A> {
 pub struct ScaleByBacktrackingLinesearch {
     hyper: BacktrackingHyper,
     armijo: Armijo,
-}
-
-/// `jnp.minimum`: NaN-propagating.
-fn nan_min<A: Real>(a: A, b: A) -> A {
-    if crate::backend::Float::is_nan(a) || crate::backend::Float::is_nan(b) {
-        A::nan()
-    } else if a < b {
-        a
-    } else {
-        b
-    }
 }
 
 /// `<u, g>` over every leaf, in leaf order.

@@ -276,14 +276,29 @@ mod tests {
     }
 
     #[test]
-    fn checkerboard_points_fall_on_dark_squares() {
-        // x1 in [-4, 4); the square index floor(x1/2) + floor(x2/2) is always even (FFJORD).
-        let mut pts = vec![0.0; 2000];
+    fn checkerboard_points_fall_evenly_on_the_eight_dark_squares_of_the_board() {
+        // The board is [-4, 4)^2 in 2x2 squares; the square index floor(x1/2) + floor(x2/2) is
+        // always even (FFJORD), and each of the 8 dark squares holds 1/8 of the mass.
+        let n = 4000;
+        let mut pts = vec![0.0; 2 * n];
         Dataset::Checkerboard.sample_into(key(0, 0, 0), 0, &mut pts);
+        let mut per_square = [0usize; 16];
         for p in pts.chunks(2) {
-            let s = (p[0] / 2.0).floor() + (p[1] / 2.0).floor();
-            assert_eq!(s.rem_euclid(2.0), 0.0, "{p:?}");
+            assert!(
+                p.iter().all(|v| (-4.0..4.0).contains(v)),
+                "{p:?} off the board"
+            );
+            let (i, j) = ((p[0] / 2.0).floor(), (p[1] / 2.0).floor());
+            assert_eq!((i + j).rem_euclid(2.0), 0.0, "{p:?}");
+            per_square[((i + 2.0) * 4.0 + (j + 2.0)) as usize] += 1;
         }
+        // Binomial(4000, 1/8): mean 500, sd 21; 5 sd either side.
+        let dark: Vec<usize> = per_square.iter().copied().filter(|&c| c > 0).collect();
+        assert_eq!(dark.len(), 8, "{per_square:?}");
+        assert!(
+            dark.iter().all(|&c| c.abs_diff(n / 8) < 105),
+            "{per_square:?}"
+        );
     }
 
     #[test]

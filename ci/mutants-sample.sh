@@ -7,8 +7,8 @@
 # then aggregates every such directory into fixtures/mutants/sample-summary.md:
 #   - totals (caught, missed, unviable, timeout) and the score caught / (caught + missed) with its
 #     95% Wilson interval (timeouts are listed apart; cargo-mutants counts them as detected);
-#   - every missed mutant and what became of it: equivalent (its description is in
-#     fixtures/mutants/equivalent.md), killed since (its full name, as recorded, is in
+#   - every missed mutant and what became of it: equivalent (a bullet of
+#     fixtures/mutants/equivalent.md opens with its full name or its bare description), killed since (its full name, as recorded, is in
 #     fixtures/mutants/killed.md with the test that kills it and the re-test), or unexplained;
 #   - the score after that follow-up: (caught + killed since) / (caught + missed - equivalent).
 # Exit status: 0 when every missed mutant of the sample is explained, 1 otherwise, 2 when a shard
@@ -83,6 +83,8 @@ equivalent, killed = text("equivalent.md"), text("killed.md")
 
 def short(m):
     return m.split(": ", 1)[1] if ": " in m else m
+# equivalent.md: the backticked text opening each bullet, a full name or a bare description
+eq_entries = set(re.findall(r"^- `([^`]+)`", equivalent, re.M))
 
 def wilson(k, n, z=1.959964):
     if n == 0:
@@ -105,7 +107,7 @@ for k, name, _, missed, _ in shards:
     for m in missed:
         if f"`{m}`" in killed:
             f = "killed"
-        elif short(m) in equivalent:
+        elif m in eq_entries or short(m) in eq_entries:
             f = "equivalent"
         else:
             f = "unexplained"

@@ -99,7 +99,7 @@ fi
 cp "$res/missed.txt" "$OUT/missed.txt"
 python3 - "$res" "$OUT" "$elapsed" "$status" "$(cargo mutants --version)" \
   "$FILES" "${MUTANTS_SHARD:-all}" "${MUTANTS_TESTS:-every test target}" <<'EOF'
-import json, pathlib, sys
+import json, pathlib, re, sys
 res, out, elapsed, status, version, files, shard, tests = sys.argv[1:]
 res = pathlib.Path(res)
 o = json.load(open(res / "outcomes.json"))
@@ -114,7 +114,10 @@ eq = pathlib.Path("fixtures/mutants/equivalent.md")
 eq_text = eq.read_text() if eq.exists() else ""
 def short(m):
     return m.split(": ", 1)[1] if ": " in m else m
-explained = [m for m in missed if short(m) in eq_text]
+# An entry is the backticked text that opens a bullet: a full name (file:line:col: description,
+# that run's tree) or a bare description (any file, any line).
+eq_entries = set(re.findall(r"^- `([^`]+)`", eq_text, re.M))
+explained = [m for m in missed if m in eq_entries or short(m) in eq_entries]
 lines = [
     "# Mutation testing (cargo-mutants)",
     "",

@@ -44,6 +44,15 @@ impl DType {
             DType::F64 => 8,
         }
     }
+    /// The largest finite value (65504 for f16; `i32::MAX` for int32).
+    pub fn max_finite(self) -> f64 {
+        match self {
+            DType::F16 => 65504.0,
+            DType::F32 => f32::MAX as f64,
+            DType::F64 => f64::MAX,
+            DType::I32 => i32::MAX as f64,
+        }
+    }
     /// Parse `float16`/`f16`, `float32`/`f32`, `float64`/`f64`.
     pub fn parse(s: &str) -> Option<DType> {
         match s {

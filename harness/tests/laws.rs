@@ -157,3 +157,202 @@ fn static_key_changes_with_every_adam_and_radam_hyperparameter() {
         assert_ne!(radam_key(v), radam_key(base), "radam {v:?}");
     }
 }
+
+/// The f16 case of the fuzz crash `radam/update-overflows-f16-when-v-forgets`, minimised by hand:
+/// `b2 = 1e-300` makes `v` forget step 1's gradient at step 2 while `m` (b1 = 0.9) keeps 9% of it;
+/// threshold 0 selects the rectifier (`rho_inf = rho_t = 1`, `r = 1`).
+fn v_forgets_case() -> laws::strategies::OptCase {
+    use harness::optim::{AdamHyper, RadamHyper};
+    laws::strategies::OptCase {
+        hyper: RadamHyper {
+            moments: AdamHyper {
+                b2: 1e-300,
+                ..AdamHyper::default()
+            },
+            threshold: 0.0,
+        },
+        learning_rate: 1e-3,
+        dtype: harness::backend::DType::F16,
+        params: vec![0.0],
+        grads: vec![vec![-0.0848], vec![0.0]],
+    }
+}
+
+#[test]
+fn radam_update_overflows_f16_when_v_forgets_and_the_domain_excludes_it() {
+    use harness::optim::{ScaleByRadam, Selection, Transform};
+    let case = v_forgets_case();
+    let opt = ScaleByRadam::new(case.hyper, Selection::Where).unwrap();
+    let params = laws::radam::leaf::<half::f16>(&case.params);
+    let mut state = opt.init(&params).unwrap();
+    let mut last = Vec::new();
+    for g in &case.grads {
+        let (u, next) = opt
+            .update(&laws::radam::leaf::<half::f16>(g), &state, &params)
+            .unwrap();
+        last = u.get("w").unwrap().data().to_vec();
+        state = next;
+    }
+    // Closed form at step 2: m_hat = 0.9 * 0.1 * g1 / (1 - 0.81) = -0.0402, v_hat = 1e-300 *
+    // 0.0072 (sqrt 8.5e-152), so the update is m_hat / (8.5e-152 + 1e-8) = -4.0e6: beyond f16's
+    // 65504, it rounds to -inf. The documented result, as in optax (the ratio is not bounded by
+    // anything but eps when b2 < b1^2).
+    assert_eq!(last[0].to_f64(), f64::NEG_INFINITY);
+    let bound = laws::radam::update_bound::<half::f16>(&case);
+    assert!(bound >= 4.0e6, "bound {bound:e} below the exact update");
+    assert!(!laws::radam::finiteness_domain(&case));
+    // The same case in f32 fits: the eps arm bounds the ratio by 0.0848 / 1e-8 = 8.5e6.
+    let f32_case = laws::strategies::OptCase {
+        dtype: harness::backend::DType::F32,
+        ..case
+    };
+    assert!(laws::radam::finiteness_domain(&f32_case));
+    laws::radam::branches_finite(&f32_case, &laws::radam::Reference).unwrap();
+}
+
+#[test]
+fn default_f16_radam_with_unit_gradients_stays_in_the_finiteness_domain() {
+    // The Cauchy-Schwarz arm of `update_bound` is what keeps realistic f16 cases covered: with
+    // eps = 1e-8 the eps arm alone would allow only |g| < 8e-5.
+    let mut case = v_forgets_case();
+    case.hyper = harness::optim::RadamHyper::default();
+    case.grads = (0..16)
+        .map(|t| vec![if t % 3 == 0 { 3.0 } else { -1.0 }])
+        .collect();
+    let bound = laws::radam::update_bound::<half::f16>(&case);
+    assert!(bound <= 6.0, "bound {bound} (the momentum arm alone is 3)");
+    assert!(laws::radam::finiteness_domain(&case));
+    laws::radam::branches_finite(&case, &laws::radam::Reference).unwrap();
+}
+
+/// `update_bound` really bounds what the kernels compute: every branch (arithmetic dtype) and
+/// every update (params dtype) of the reference, for cases inside the domain, including tiny `b2`
+/// (where only the eps arm is finite). Deterministic: the harness's fixed seed, `PROPTEST_CASES`
+/// raises the count at night.
+#[test]
+fn update_bound_bounds_every_branch_and_update_of_the_reference() {
+    use harness::backend::DType;
+    use proptest::prelude::*;
+    let run = laws::RunConfig::new(None, None);
+    let strategy = (
+        laws::strategies::opt_case(16),
+        proptest::option::of(-300i32..-1),
+    )
+        .prop_map(|(mut case, tiny_b2)| {
+            if let Some(e) = tiny_b2 {
+                case.hyper.moments.b2 = 10f64.powi(e);
+            }
+            case
+        });
+    // cases inside the domain per dtype (f16, f32, f64), and those with b2 < 1e-6
+    let inside = std::cell::Cell::new([0usize; 4]);
+    let result = laws::check_property(
+        "update_bound",
+        run.cases.unwrap_or(512),
+        run.seed,
+        strategy,
+        |case| {
+            if !laws::radam::finiteness_domain(case) {
+                return Ok(());
+            }
+            let mut n = inside.get();
+            n[match case.dtype {
+                DType::F16 => 0,
+                DType::F32 => 1,
+                _ => 2,
+            }] += 1;
+            n[3] += usize::from(case.hyper.moments.b2 < 1e-6);
+            inside.set(n);
+            let (measured, bounds) = match case.dtype {
+                DType::F16 => (
+                    measured::<half::f16>(case),
+                    laws::radam::branch_bounds::<half::f16>(case),
+                ),
+                DType::F32 => (
+                    measured::<f32>(case),
+                    laws::radam::branch_bounds::<f32>(case),
+                ),
+                _ => (
+                    measured::<f64>(case),
+                    laws::radam::branch_bounds::<f64>(case),
+                ),
+            };
+            // f16 output rounding is 2^-11 relative; the arithmetic dtype adds a few f32 ULPs.
+            let within = |x: f64, b: f64| x <= b * (1.0 + 1e-3);
+            for (t, ([m, r, u], [bm, br])) in measured.into_iter().zip(bounds).enumerate() {
+                let step = t + 1;
+                if !within(m, bm) {
+                    return Err(format!("step {step}: |m_hat| = {m:e} > bound {bm:e}"));
+                }
+                if !within(r, br) {
+                    return Err(format!(
+                        "step {step}: rectified branch {r:e} > bound {br:e}"
+                    ));
+                }
+                if !within(u, bm.max(br)) {
+                    return Err(format!(
+                        "step {step}: update {u:e} > both bounds {bm:e}, {br:e}"
+                    ));
+                }
+            }
+            Ok(())
+        },
+    );
+    result.unwrap();
+    let n = inside.get();
+    assert!(
+        n.iter().all(|&k| k >= 20),
+        "too few cases inside the domain to test the bound (f16, f32, f64, tiny b2): {n:?}"
+    );
+}
+
+/// Per step, the largest magnitude in the momentum branch, the rectified branch and the update.
+fn measured<E: harness::backend::Float>(case: &laws::strategies::OptCase) -> Vec<[f64; 3]> {
+    use harness::optim::{ScaleByRadam, Selection, Transform};
+    let opt = ScaleByRadam::new(case.hyper, Selection::Where).unwrap();
+    let params = laws::radam::leaf::<E>(&case.params);
+    let Ok(mut state) = opt.init(&params) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for g in &case.grads {
+        let g = laws::radam::leaf::<E>(g);
+        let br = opt.branches(&g, &state, &params).unwrap();
+        let (u, next) = opt.update(&g, &state, &params).unwrap();
+        out.push([
+            max_abs(br.momentum.get("w").unwrap().data()),
+            max_abs(br.rectified.get("w").unwrap().data()),
+            max_abs(u.get("w").unwrap().data()),
+        ]);
+        state = next;
+    }
+    out
+}
+
+fn max_abs<F: harness::backend::Float>(xs: &[F]) -> f64 {
+    xs.iter().map(|x| x.as_f64().abs()).fold(0.0, f64::max)
+}
+
+#[test]
+fn branch_bounds_drop_the_cauchy_schwarz_arm_where_v_underflows() {
+    // f32, eps = 1e-30, b2 = 0.3: v_1 = 0.7 * 1e-40 is subnormal and shrinks by 0.3 a step to 0
+    // by step 16 (0.3^15 * 7e-41 < 1.4e-45), while m_16 = 0.1 * 0.9^15 * 1e-20 = 2.1e-22 stays
+    // normal. The kernel's ratio is then m_hat / eps = 2.5e8, although in exact arithmetic
+    // Cauchy-Schwarz bounds it by c sqrt(S_16 / (1 - b2)) / (1 - b1^16) = 318 (q = 0.81 / 0.3).
+    let mut case = v_forgets_case();
+    case.dtype = harness::backend::DType::F32;
+    case.hyper.moments.b2 = 0.3;
+    case.hyper.moments.eps = 1e-30;
+    case.grads = std::iter::once(vec![1e-20])
+        .chain(std::iter::repeat_n(vec![0.0], 15))
+        .collect();
+    let got = measured::<f32>(&case);
+    let bounds = laws::radam::branch_bounds::<f32>(&case);
+    let [_, rectified, _] = got[15];
+    assert!(rectified > 1e8, "v did not underflow: {rectified:e}");
+    assert!(
+        rectified <= bounds[15][1],
+        "{rectified:e} > {:e}",
+        bounds[15][1]
+    );
+}

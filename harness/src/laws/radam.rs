@@ -4,6 +4,7 @@
 use super::strategies::{opt_case, OptCase};
 use super::{bitwise_equal, check_property, Family, Law};
 use crate::backend::{Array, DType, Float};
+use crate::optim::moments::bias_correction;
 use crate::optim::radam::RadamBranches;
 use crate::optim::{
     self, FusedMoments, Jit, MomentState, RadamHyper, ScaleByAdam, ScaleByRadam, Selection,
@@ -106,11 +107,23 @@ impl BranchSubject for Reference {
 /// intermediate values finite.
 pub const FINITE_GRAD_BOUND: f64 = 1e4;
 
+/// How far below the dtype's largest finite value [`update_bound`] must stay: covers the
+/// rounding of the moments, bias corrections and rectifier in the arithmetic dtype (a few ULPs
+/// per step, 16 steps at most in the strategies and the fuzz target) with room to spare.
+pub const UPDATE_HEADROOM: f64 = 4.0;
+
 /// Domain of the finiteness laws: well-posed hyperparameters (the selected rectifier is defined,
 /// [`RadamHyper::well_posed`]), a positive `eps` or `eps_root` (else a zero gradient is `0/0`,
-/// as upstream), `|learning_rate| <= 1`, and finite data with `|g| <= FINITE_GRAD_BOUND`. Outside it NaN/inf data gives
-/// NaN/inf updates (the documented result) and only the bitwise laws apply.
+/// as upstream), `|learning_rate| <= 1`, finite data with `|g| <= FINITE_GRAD_BOUND`, and an
+/// update that fits the case's dtype: [`update_bound`] times [`UPDATE_HEADROOM`] at most the
+/// largest finite value. Outside it NaN/inf data gives NaN/inf updates and an exact update
+/// beyond the dtype's range rounds to inf (the documented results); only the bitwise laws apply.
 pub fn finiteness_domain(case: &OptCase) -> bool {
+    finite_inputs(case) && by_dtype!(case, update_fits)
+}
+
+/// The dtype-independent half of [`finiteness_domain`].
+fn finite_inputs(case: &OptCase) -> bool {
     let h = &case.hyper;
     h.validate().is_ok()
         && h.well_posed()
@@ -125,6 +138,85 @@ pub fn finiteness_domain(case: &OptCase) -> bool {
             .iter()
             .flatten()
             .all(|g| g.abs() <= FINITE_GRAD_BOUND)
+}
+
+fn update_fits<E: Float>(case: &OptCase) -> bool {
+    update_bound::<E>(case) * UPDATE_HEADROOM <= E::DTYPE.max_finite()
+}
+
+/// Upper bounds, step by step, on the two branches of `case` run in `E` (gradients rounded to `E`,
+/// moment constants to the arithmetic dtype `E::Acc`, as the kernels see them), in exact
+/// arithmetic: `[|m_hat|, |r m_hat / (sqrt(v_hat + eps_root) + eps)|]` with the `Where` form's
+/// rectifier. With `G_t` the largest `|g_i|` for `i <= t` and `c = 1 - b1`:
+///
+/// - `m_t / (1 - b1^t)` is a weighted mean of the gradients (weights `c b1^(t-i) / (1 - b1^t)`,
+///   summing to 1), so `|m_hat| <= G_t`; Nesterov's `b1 m_t / (1 - b1^(t+1)) + c g_t / (1 - b1^t)`
+///   is at most `G_t (b1 (1 - b1^t) / (1 - b1^(t+1)) + c / (1 - b1^t))`.
+/// - The denominator is at least `eps + sqrt(eps_root)`, which bounds the ratio by
+///   `|m_hat| / (eps + sqrt(eps_root))`.
+/// - Cauchy-Schwarz (the same ratio Kingma & Ba 2015 bound in §2.1): with `q = b1^2 / b2` and
+///   `S_t = sum_{k<t} q^k`, `|m_t| <= c sqrt(S_t v_t / (1 - b2))`, so
+///   `|m_hat| / sqrt(v_hat) <= c sqrt(S_t (1 - b2^t) / (1 - b2)) / (1 - b1^t)` (1 at `t = 1`);
+///   Nesterov's is `b1 c sqrt(S_t (1 - b2^t) / (1 - b2)) / (1 - b1^(t+1))` plus
+///   `c sqrt((1 - b2^t) / (1 - b2)) / (1 - b1^t)` for its gradient term (`v_t >= (1 - b2) g_t^2`).
+///   It needs `v_t` itself, so it is used only when no gradient's contribution to `v` can
+///   underflow in the arithmetic dtype (`(1 - b2) b2^(T-1) g_min^2` at least its smallest normal).
+///
+/// The Cauchy-Schwarz arm keeps realistic f16 cases in the domain (default `eps = 1e-8` makes the
+/// eps arm `1e8 G`); the eps arm bounds the ratio when `b2 << b1^2` and `v` forgets a gradient
+/// that `m` still remembers (the fuzz crash `radam/update-overflows-f16-when-v-forgets`).
+pub fn branch_bounds<E: Float>(case: &OptCase) -> Vec<[f64; 2]> {
+    let h = &case.hyper;
+    let acc = |x: f64| <E::Acc as Float>::of_f64(x).as_f64();
+    let (b1, b2) = (acc(h.moments.b1), acc(h.moments.b2));
+    let (c1, c2) = (acc(1.0 - h.moments.b1), acc(1.0 - h.moments.b2));
+    let seen =
+        |g: &Vec<f64>| -> Vec<f64> { g.iter().map(|&x| E::of_f64(x).as_f64().abs()).collect() };
+    let g_min = case
+        .grads
+        .iter()
+        .flat_map(seen)
+        .filter(|&g| g > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let steps = case.grads.len() as i32;
+    let smallest_normal = <E::Acc as num_traits::Float>::min_positive_value().as_f64();
+    let v_exact = b2 > 0.0 && c2 * b2.powi(steps - 1) * g_min * g_min >= smallest_normal;
+    let denominator_floor = acc(h.moments.eps) + acc(h.moments.eps_root).sqrt();
+    let q = b1 * b1 / b2;
+    let (mut g_max, mut s_t) = (0.0f64, 0.0);
+    let mut out = Vec::with_capacity(case.grads.len());
+    for (t, g) in (1..=steps).zip(&case.grads) {
+        g_max = seen(g).into_iter().fold(g_max, f64::max);
+        s_t += q.powi(t - 1);
+        let bc1 = bias_correction(h.moments.b1, t);
+        let bc1_next = bias_correction(h.moments.b1, t + 1);
+        let bc2 = bias_correction(h.moments.b2, t);
+        let momentum = if h.moments.nesterov {
+            g_max * (b1 * bc1 / bc1_next + c1 / bc1)
+        } else {
+            g_max
+        };
+        let by_eps = momentum / denominator_floor;
+        let by_cs = if !v_exact {
+            f64::INFINITY
+        } else if h.moments.nesterov {
+            b1 * c1 * (s_t * bc2 / c2).sqrt() / bc1_next + c1 * (bc2 / c2).sqrt() / bc1
+        } else {
+            c1 * (s_t * bc2 / c2).sqrt() / bc1
+        };
+        let r = h.rectification(t).r_where().abs();
+        out.push([momentum, r * by_eps.min(by_cs)]);
+    }
+    out
+}
+
+/// The largest of [`branch_bounds`] over every step and both branches: a bound on the update too,
+/// which is one of the branches.
+pub fn update_bound<E: Float>(case: &OptCase) -> f64 {
+    branch_bounds::<E>(case)
+        .into_iter()
+        .flatten()
+        .fold(0.0, f64::max)
 }
 
 /// Both branches are finite at every step for finite inputs, and so is the update.
@@ -187,7 +279,7 @@ fn branches_finite_e<E: Float, S: BranchSubject>(
 /// gradient history); afterwards it is Adam's update times `r_t`. Checked in f64.
 pub fn follows_schedule(case: &OptCase) -> Result<(), String> {
     let h = case.hyper;
-    if !finiteness_domain(case) {
+    if !(finite_inputs(case) && update_fits::<f64>(case)) {
         return Ok(());
     }
     let radam = ScaleByRadam::new(h, Selection::Where).map_err(err)?;

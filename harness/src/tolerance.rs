@@ -45,6 +45,21 @@ pub fn for_dtype(dtype: DType) -> Tol {
     }
 }
 
+/// One unit in the last place of an f64 subnormal (`2^-1074`, `f64::from_bits(1)`): the absolute
+/// rounding error of one operation whose result is subnormal is at most half of it, however small
+/// the result (so a relative tolerance alone cannot describe it).
+pub const F64_SUBNORMAL_ULP: f64 = f64::from_bits(1);
+
+/// Absolute slack between `(x * r) / d` and `(x / d) * r` in f64 (RAdam's rectified branch vs
+/// Adam's update times `r`), beyond the relative [`for_dtype`] tolerance: where `x * r`, `x / d`
+/// or the result is subnormal each carries an absolute error up to `F64_SUBNORMAL_ULP / 2`; the
+/// first is divided by `d >= d_min`, the second multiplied by `r`. Found by the radam fuzz target
+/// (`fixtures/regressions/radam/subnormal-*`): `g = 1.7e-316`, `eps = 2.5e-316` differ by 1e-9
+/// relative.
+pub fn reordered_quotient_subnormal_slack(r: f64, d_min: f64) -> f64 {
+    F64_SUBNORMAL_ULP * (r.abs() / d_min + r.abs() + 1.0)
+}
+
 /// Gradient through an f64 solve vs a central finite difference `(L(x+h) - L(x-h)) / (2h)`,
 /// `h = 1e-6 * max(|x|, 1)`, on the fixed-step-times map ([`crate::ode::grad`]).
 ///

@@ -832,6 +832,23 @@ mod tests {
     }
 
     #[test]
+    fn a_linear_problem_whose_matrix_is_not_square_2d_is_a_typed_error() {
+        // A vector, a 3-d block and a non-square matrix: each must be named as "must be square",
+        // never reach an index (a vector has no second dimension).
+        let cx = Ctx { name: "t".into() };
+        for (shape, n) in [(vec![4], 4), (vec![2, 2, 1], 4), (vec![2, 3], 6)] {
+            let a = serde_json::json!({"shape": shape, "data": vec![0.0; n]});
+            let e = parse_problem(
+                &cx,
+                &serde_json::json!({"name": "linear", "args": {"A": a}}),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("must be square"), "shape {shape:?}: {e}");
+        }
+    }
+
+    #[test]
     fn golden_problems_keep_their_fixture_dimension_so_a_wrong_state_is_a_shape_error() {
         use serde_json::json;
         let cx = Ctx { name: "t".into() };

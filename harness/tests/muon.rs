@@ -136,6 +136,26 @@ fn sharded_stepper_matches_transform_update_for_every_k() {
 }
 
 #[test]
+fn update_sharded_without_a_plan_cache_per_shard_is_a_typed_error() {
+    // Two shards with one plan cache, and zero shards: each a typed `shards` error, before any
+    // leaf is touched (no index past the caches, no `i % 0`).
+    use harness::optim::muon::shard::fresh_plans;
+    let opt = Muon::new(MuonHyper::new(0.02)).unwrap();
+    let p = params();
+    let state = opt.init(&p).unwrap();
+    for (shards, caches) in [(2, 1), (0, 0), (3, 2)] {
+        let mut plans = fresh_plans(caches);
+        let e = opt
+            .update_sharded(&p, &state, &p, &Sharding::round_robin(shards), &mut plans)
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidHyper { name: "shards", .. }),
+            "{shards} shards, {caches} caches: {e}"
+        );
+    }
+}
+
+#[test]
 fn golden_muon_cases_pass() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden");
     let mut n = 0;

@@ -2,11 +2,13 @@
 //! caught by the trace law with a small counterexample, and the behaviours the issue pins down
 //! (staging by objective type, store_grad, failure and recovery, typed errors).
 
+use harness::backend::DType;
 use harness::laws::{self, RunConfig};
 use harness::optim::linesearch::{
     point, sgd_linesearch, value_and_grad_from_state, BacktrackingHyper, LineSearch, Matyas,
     Objective, Quadratic, Rosenbrock, Scalar, Staged,
 };
+use harness::stage::LeafSig;
 use harness::tree::{apply_updates, Tree};
 
 fn assert_law_holds(name: &str) {
@@ -108,6 +110,31 @@ fn recreating_the_same_objective_never_retraces_but_a_new_type_does() {
     );
 }
 
+/// The quadratic's `A` and `b` are arguments of the staged update, as arrays passed to (not
+/// captured by) a jitted function: the trace records them by shape and dtype, never by value.
+#[test]
+fn staged_update_traces_a_quadratics_data_as_arguments_by_shape() {
+    let opt = sgd_linesearch(BacktrackingHyper::new(15)).unwrap();
+    let x = point::<f32>(&[0.3, -0.2, 0.1]);
+    let state = opt.init(&x).unwrap();
+    let mut staged = Staged::new(opt);
+    let q = Quadratic::new(
+        vec![2.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 3.0],
+        vec![1.0; 3],
+    )
+    .unwrap();
+    let (v, g) = q.value_and_grad(&x).unwrap();
+    staged.update(&g, &state, &x, v, &g, &q).unwrap();
+    let traced = &staged.stage().log()[0].signature;
+    for (leaf, shape) in [("objective.A", &[3, 3][..]), ("objective.b", &[3][..])] {
+        assert_eq!(
+            traced.get(leaf),
+            Some(&LeafSig::strong(shape, DType::F32)),
+            "`{leaf}` in the traced signature {traced}"
+        );
+    }
+}
+
 #[test]
 fn weak_counter_is_refused_by_max_traces_with_the_leaf_named() {
     let opt = sgd_linesearch(BacktrackingHyper::new(15)).unwrap();
@@ -154,9 +181,6 @@ fn store_grad_state_gives_the_value_and_gradient_at_the_new_point() {
 /// NaN on the half-plane `x[0] > 0.5`, a unit quadratic centred at (2, 2) elsewhere.
 struct NanWall;
 impl Objective<f64> for NanWall {
-    fn name(&self) -> String {
-        "nan-wall".into()
-    }
     fn value(&self, x: &Tree<f64>) -> harness::Result<f64> {
         let d = x.get("x").unwrap().data();
         Ok(if d[0] > 0.5 {

@@ -85,9 +85,6 @@ impl CaseObjective {
 }
 
 impl<A: Real> Objective<A> for CaseObjective {
-    fn name(&self) -> String {
-        format!("{:?}", self.problem)
-    }
     fn value(&self, x: &Tree<A>) -> Result<A> {
         self.evals.set(self.evals.get() + 1);
         if let Some(v) = self.poisoned(x) {

@@ -406,9 +406,6 @@ mod tests {
     fn every_candidate_nan_gives_zero_step_and_lr_stays_zero() {
         struct Nan;
         impl Objective<f64> for Nan {
-            fn name(&self) -> String {
-                "nan".into()
-            }
             fn value(&self, _: &Tree<f64>) -> Result<f64> {
                 Ok(f64::NAN)
             }

@@ -12,8 +12,6 @@ use crate::{Error, Result};
 
 /// A differentiable scalar function of a parameter tree.
 pub trait Objective<A: Real> {
-    /// Short name (`rosenbrock`, `quadratic`, ...).
-    fn name(&self) -> String;
     /// `f(x)`.
     fn value(&self, x: &Tree<A>) -> Result<A>;
     /// `(f(x), grad f(x))`, the gradient with `x`'s structure.
@@ -26,9 +24,6 @@ pub trait Objective<A: Real> {
 }
 
 impl<A: Real, O: Objective<A> + ?Sized> Objective<A> for &O {
-    fn name(&self) -> String {
-        (**self).name()
-    }
     fn value(&self, x: &Tree<A>) -> Result<A> {
         (**self).value(x)
     }
@@ -78,9 +73,6 @@ fn c<A: Real>(x: f64) -> A {
 pub struct Rosenbrock;
 
 impl<A: Real> Objective<A> for Rosenbrock {
-    fn name(&self) -> String {
-        "rosenbrock".into()
-    }
     fn value(&self, x: &Tree<A>) -> Result<A> {
         let x = flatten(x);
         Ok(x.windows(2)
@@ -151,9 +143,6 @@ impl Quadratic {
 }
 
 impl<A: Real> Objective<A> for Quadratic {
-    fn name(&self) -> String {
-        "quadratic".into()
-    }
     fn value(&self, x: &Tree<A>) -> Result<A> {
         let x = flatten(x);
         need_dim("quadratic", &x, self.dim())?;
@@ -182,9 +171,6 @@ impl<A: Real> Objective<A> for Quadratic {
 pub struct Himmelblau;
 
 impl<A: Real> Objective<A> for Himmelblau {
-    fn name(&self) -> String {
-        "himmelblau".into()
-    }
     fn value(&self, x: &Tree<A>) -> Result<A> {
         let f = flatten(x);
         need_dim("himmelblau", &f, 2)?;
@@ -209,9 +195,6 @@ impl<A: Real> Objective<A> for Himmelblau {
 pub struct Matyas;
 
 impl<A: Real> Objective<A> for Matyas {
-    fn name(&self) -> String {
-        "matyas".into()
-    }
     fn value(&self, x: &Tree<A>) -> Result<A> {
         let f = flatten(x);
         need_dim("matyas", &f, 2)?;
@@ -260,7 +243,7 @@ mod tests {
             assert!(
                 (fd - g[i]).abs() <= 1e-5 * (1.0 + fd.abs()),
                 "{} [{i}]: {fd} vs {}",
-                o.name(),
+                std::any::type_name::<O>(),
                 g[i]
             );
         }

@@ -1,6 +1,6 @@
 //! Reviewed CNF numerics (`cargo insta review`; CI never writes snapshots): log-likelihoods of a
-//! fixed model in f64 and f32 (exact and Hutchinson trace), and the first training losses of a
-//! fixed seed, rounded to 6 significant digits.
+//! fixed model in f64 and f32 (exact and Hutchinson trace), the first training losses of a
+//! fixed seed, and the first points of every data set's stream, rounded to 6 significant digits.
 
 use harness::cnf::data::Dataset;
 use harness::cnf::train::{TrainConfig, Trainer};
@@ -77,4 +77,29 @@ fn first_training_losses_of_a_fixed_seed() {
         losses.push(r6(l));
     }
     insta::assert_json_snapshot!(losses);
+}
+
+/// The data streams are part of every seeded result (training losses, densities, the report):
+/// a change of which uniform picks what moves every number downstream while keeping each data
+/// set's distribution, which no distributional test can see. Eight points per data set, key 7.
+#[derive(serde::Serialize)]
+struct Streams {
+    two_moons: Vec<[f64; 2]>,
+    checkerboard: Vec<[f64; 2]>,
+    image_ring_h: Vec<[f64; 2]>,
+}
+
+#[test]
+fn first_points_of_every_data_set_stream() {
+    let image = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/cnf/ring-h.pgm");
+    let points = |d: Dataset| {
+        let mut out = vec![0.0; 16];
+        d.sample_into(7, 0, &mut out);
+        out.chunks_exact(2).map(|p| [r6(p[0]), r6(p[1])]).collect()
+    };
+    insta::assert_json_snapshot!(Streams {
+        two_moons: points(Dataset::TwoMoons),
+        checkerboard: points(Dataset::Checkerboard),
+        image_ring_h: points(Dataset::parse(image).unwrap()),
+    });
 }

@@ -1,4 +1,4 @@
-//! Stacked init (issue 7, equinox #673): the pure laws, conversions, typed errors, and reviewed
+//! Stacked init (equinox #673): the pure laws, conversions, typed errors, and reviewed
 //! snapshots of the analytic bounds and of the initialised stack's checksums. (The measured
 //! peaks, the scan memory law and the `stack-vmap-fp32` mutant live in `memory.rs`, serialised.)
 

@@ -12,7 +12,7 @@
 //! inside a well-formed case surface as the solver's own typed errors.
 //!
 //! # References
-//! - `shared/golden/FORMAT.md` (golden-v1, kind `ode`).
+//! - `docs/GOLDEN-FORMAT.md` (golden-v1, kind `ode`).
 //! - diffrax 0.7.2 `diffeqsolve(..., saveat=SaveAt(steps=True))`, whose output the cases record.
 
 use super::controller::{Constant, Controller, InitialStep, Pid};
@@ -559,9 +559,8 @@ pub fn replay_golden(case: &Value) -> Result<GoldenOdeReport> {
 mod tests {
     use super::*;
 
-    /// The shared golden examples, relative to the crate: `<crate>/../../shared/golden/examples`
-    /// (`/work/scratch/ode` and `/work/main/harness` both resolve to `/work/shared/...`).
-    const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/golden/examples/");
+    /// The workspace's golden cases (the three ODE examples among them).
+    const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/golden/");
 
     fn load(file: &str) -> Value {
         let path = format!("{EXAMPLES}{file}");

@@ -81,9 +81,9 @@ fi
 # codegen units it touches are rebuilt (dependencies are never incremental, so they stay cached).
 export CARGO_PROFILE_RELEASE_INCREMENTAL="${CARGO_PROFILE_RELEASE_INCREMENTAL:-true}"
 
-# cargo-mutants copies the tree into $TMPDIR. Some unit tests read fixtures beside the repository
-# (harness/src/ode/golden.rs: <crate>/../../shared/golden/examples), so by default the copy is
-# made beside the repository, where that relative path resolves as it does in the checkout.
+# cargo-mutants copies the tree into $TMPDIR. By default the copy is made in the repository's
+# parent directory (MUTANTS_TMPDIR chooses another place); the tests read only files inside the
+# copy, so any location works.
 export TMPDIR="${MUTANTS_TMPDIR:-$(dirname "$(pwd)")}"
 
 mkdir -p "$OUT"

@@ -9,4 +9,4 @@ bash ci/fuzz-smoke.sh
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 # Intra-doc links: a renamed item must not leave a dead link in the rustdoc headers.
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness -p harness-reference

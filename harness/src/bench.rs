@@ -1,6 +1,6 @@
 //! `harness bench AREA`: the reference timed against the physical limit measured in the same run.
 //!
-//! Figures (names from CLI.md, stable): area `optim` — `copy_bandwidth_gbps`,
+//! Figures (names from `docs/CLI.md`, stable): area `optim` — `copy_bandwidth_gbps`,
 //! `adam_fused_16m_gbps`, `radam_fused_16m_gbps`, `radam_allocs_per_step`, and the ratios of
 //! the fused rates to the copy bandwidth, and `linesearch_rosenbrock_65536_ms` (one chained
 //! `sgd(1) + backtracking` step on a 65,536-dimensional Rosenbrock in f32: value and gradient,
@@ -22,7 +22,7 @@ use crate::{Error, Result};
 use rayon::prelude::*;
 use std::time::Instant;
 
-/// One reported figure (`name`, `value`, `unit` as CLI.md; `bench all` adds the rest).
+/// One reported figure (`name`, `value`, `unit` as in `docs/CLI.md`; `bench all` adds the rest).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Figure {
     pub name: String,
@@ -77,11 +77,12 @@ pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
         "stack" => stack(quick),
         "cnf" => cnf(quick),
         "all" => all(quick, |_| {}).map(|a| a.figures),
-        other => Err(Error::InvalidHyper {
+        other => Err(crate::reference::Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
             expected: "one of optim, muon, ode, cnf, stack, all".into(),
-        }),
+        }
+        .into()),
     }
 }
 
@@ -281,10 +282,10 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     let reps = if quick { 3 } else { 11 };
     let copy = copy_bandwidth_gbps(reps);
     let mk = |v: f32| -> Result<Tree<f32>> {
-        Tree::from_leaves([(
+        Ok(Tree::from_leaves([(
             "w".to_string(),
             Array::new(vec![FUSED_PARAMS], vec![v; FUSED_PARAMS])?,
-        )])
+        )])?)
     };
     let mut params = mk(0.5)?;
     let grads = mk(0.01)?;
@@ -431,7 +432,12 @@ fn muon(quick: bool) -> Result<Vec<Figure>> {
 
 /// The stack figure's model: 16 layers of a 1024-4096-1024 block in f16 (256 MiB).
 pub fn stack_bench_config() -> Result<crate::stack::StackConfig> {
-    crate::stack::StackConfig::new(16, 1024, 4096, crate::backend::DType::F16)
+    Ok(crate::stack::StackConfig::new(
+        16,
+        1024,
+        4096,
+        crate::backend::DType::F16,
+    )?)
 }
 
 fn stack(quick: bool) -> Result<Vec<Figure>> {
@@ -451,7 +457,7 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
         }
     });
     if let Some(e) = err {
-        return Err(e);
+        return Err(e.into());
     }
     // the generator alone, into a warm 64 KiB buffer: the compute half of the init
     let mut scratch = vec![0f32; crate::stack::init::CHUNK_ELEMS];
@@ -523,7 +529,7 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
         }
     });
     if let Some(e) = err {
-        return Err(e);
+        return Err(e.into());
     }
     let params = trainer.params_of(&state)?;
     let mut batch = vec![0.0; tc.batch * 2];
@@ -617,11 +623,12 @@ mod tests {
                 fig("adam_fused_16m_gbps", 5.0, "GB/s"),
             ]),
             "cnf" => Err(Error::NotImplemented("bench area `cnf`".into())),
-            _ => Err(Error::InvalidHyper {
+            _ => Err(crate::reference::Error::InvalidHyper {
                 name: "AREA",
                 value: a.into(),
                 expected: "a test area".into(),
-            }),
+            }
+            .into()),
         };
         let mut seen = vec![];
         let r = all_of(&["optim", "cnf"], fake, |a| seen.push(a.to_string())).unwrap();

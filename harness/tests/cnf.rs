@@ -1,14 +1,17 @@
 //! The CNF laws hold on the reference and fail, with small counterexamples, on re-created bugs;
 //! bad input gives typed errors.
 
+harness::install_counting_allocator!();
+
 mod common;
 
 use common::assert_law_holds;
-use harness::cnf::flow::{self, FlowMutation};
+use harness::cnf::flow;
 use harness::cnf::{CnfConfig, CnfParams, Probe, TraceEstimator};
 use harness::laws::cnf::*;
+use harness::mutants::cnf_flow::{self, ll as mutant_ll, FlowBug};
 use harness::ode::grad::GradMode;
-use harness::Error;
+use harness::reference::Error;
 
 fn two_block_linear() -> LinearCase {
     // Non-commuting blocks (a shear and a rotation-like matrix), so block order matters.
@@ -48,9 +51,9 @@ fn linear_law_catches_each_flow_mutation() {
     let c = two_block_linear();
     assert!(linear_closed_form_with(&c, reference_ll).is_ok());
     for m in [
-        FlowMutation::ForwardBlockOrder,
-        FlowMutation::DeltaNotCarried,
-        FlowMutation::TraceSignFlipped,
+        FlowBug::ForwardBlockOrder,
+        FlowBug::DeltaNotCarried,
+        FlowBug::TraceSignFlipped,
     ] {
         let err = linear_closed_form_with(&c, mutant_ll(m)).unwrap_err();
         assert!(err.contains("closed form"), "{m:?}: {err}");
@@ -83,12 +86,9 @@ fn round_trip_law_fails_when_evaluation_does_not_reverse_the_blocks() {
     // does not invert it.
     let c = small_model();
     assert!(sample_then_evaluate_with(&c, reference_sample, reference_ll).is_ok());
-    let err = sample_then_evaluate_with(
-        &c,
-        reference_sample,
-        mutant_ll(FlowMutation::ForwardBlockOrder),
-    )
-    .unwrap_err();
+    let err =
+        sample_then_evaluate_with(&c, reference_sample, mutant_ll(FlowBug::ForwardBlockOrder))
+            .unwrap_err();
     assert!(err.contains("log p at sampling"), "{err}");
 }
 
@@ -99,9 +99,8 @@ fn a_consistent_trace_sign_flip_passes_the_round_trip_but_not_normalisation() {
         x: vec![0.0, 0.0],
         ..small_model()
     };
-    let flipped_sample: Sampler =
-        |p, z| flow::sample_mutant(p, z, None, FlowMutation::TraceSignFlipped);
-    let flipped = mutant_ll(FlowMutation::TraceSignFlipped);
+    let flipped_sample: Sampler = |p, z| cnf_flow::sample(FlowBug::TraceSignFlipped, p, z);
+    let flipped = mutant_ll(FlowBug::TraceSignFlipped);
     assert!(sample_then_evaluate_with(&c, flipped_sample, flipped).is_ok());
     let err = density_normalised_with(&c, flipped).unwrap_err();
     assert!(err.contains("integrates to"), "{err}");
@@ -121,7 +120,7 @@ fn normalisation_law_fails_when_delta_is_not_carried() {
         x: vec![0.0, 0.0],
     };
     assert!(density_normalised_with(&c, reference_ll).is_ok());
-    let err = density_normalised_with(&c, mutant_ll(FlowMutation::DeltaNotCarried)).unwrap_err();
+    let err = density_normalised_with(&c, mutant_ll(FlowBug::DeltaNotCarried)).unwrap_err();
     assert!(err.contains("integrates to"), "{err}");
 }
 
@@ -185,7 +184,8 @@ fn cnf_loss_gradient_law_holds() {
 fn gradient_law_fails_when_the_trace_is_detached_from_the_tape() {
     let c = small_model();
     assert!(loss_gradient_matches_fd_with(&c, flow::loss_and_grad).is_ok());
-    let err = loss_gradient_matches_fd_with(&c, flow::loss_and_grad_detached_trace).unwrap_err();
+    let err =
+        loss_gradient_matches_fd_with(&c, cnf_flow::loss_and_grad_detached_trace).unwrap_err();
     assert!(err.contains("finite differences"), "{err}");
 }
 
@@ -204,7 +204,7 @@ fn hand_vjp_law_fails_when_the_hand_written_vjp_drops_the_trace_cotangent() {
         hutchinson: false,
     };
     assert!(hand_vjp_matches_tape_with(&c, flow::loss_and_grad).is_ok());
-    let err = hand_vjp_matches_tape_with(&c, flow::loss_and_grad_detached_trace).unwrap_err();
+    let err = hand_vjp_matches_tape_with(&c, cnf_flow::loss_and_grad_detached_trace).unwrap_err();
     assert!(err.contains("on the tape"), "{err}");
 }
 
@@ -235,7 +235,7 @@ fn the_tape_reference_is_computed_independently_of_the_hand_written_vjp() {
 
 #[test]
 fn density_grid_uses_the_exact_trace_and_holds_unit_mass() {
-    use harness::cnf::train::density_grid;
+    use harness::train::density_grid;
     let exact = small_model().params();
     let mut hutchinson = exact.clone();
     hutchinson.cfg.trace = TraceEstimator::Hutchinson(Probe::Gaussian);
@@ -372,7 +372,7 @@ fn same_seed_gives_bit_identical_training() {
         checkpointed: true,
     };
     let run = || {
-        let mut t = trainer_for(&c, None).unwrap();
+        let mut t = trainer_for(&c).unwrap();
         let mut s = t.init().unwrap();
         let mut losses = vec![];
         for _ in 0..c.steps {
@@ -411,7 +411,7 @@ fn committed_pgm_image_loads_and_samples_on_its_strokes() {
 
 #[test]
 fn train_for_reports_each_step_loss_and_a_time_per_step_within_the_wall_time() {
-    use harness::cnf::train::train_for;
+    use harness::train::train_for;
     let c = TrainCase {
         steps: 3,
         seed: 1,
@@ -420,7 +420,7 @@ fn train_for_reports_each_step_loss_and_a_time_per_step_within_the_wall_time() {
         hutchinson: false,
         checkpointed: false,
     };
-    let mut t = trainer_for(&c, None).unwrap();
+    let mut t = trainer_for(&c).unwrap();
     let s = t.init().unwrap();
     let mut seen = vec![];
     let wall = std::time::Instant::now();

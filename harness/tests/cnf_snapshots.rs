@@ -2,6 +2,8 @@
 //! fixed model in f64 and f32 (exact and Hutchinson trace), the first training losses of a
 //! fixed seed, and the first points of every data set's stream, rounded to 6 significant digits.
 
+harness::install_counting_allocator!();
+
 use harness::cnf::data::Dataset;
 use harness::cnf::train::{TrainConfig, Trainer};
 use harness::cnf::{flow, CnfConfig, CnfParams, Probe, TraceEstimator};

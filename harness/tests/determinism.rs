@@ -1,6 +1,8 @@
 //! Same seed, same numbers, whatever the thread count: the fused optimizers split large leaves
 //! across rayon workers, and the result must not depend on how many there are.
 
+harness::install_counting_allocator!();
+
 use harness::backend::Array;
 use harness::optim::{AdamHyper, FusedMoments, RadamHyper, Selection};
 use harness::tree::Tree;

@@ -1,10 +1,12 @@
 //! Bad input never panics: invalid hyperparameters, mismatched shapes and dtype-specific
 //! underflow are typed errors naming the problem, and a failed update leaves the state intact.
 
+harness::install_counting_allocator!();
+
 use harness::backend::Array;
 use harness::optim::{self, AdamHyper, FusedMoments, RadamHyper, Selection, Transform};
+use harness::reference::Error;
 use harness::tree::Tree;
-use harness::Error;
 
 fn tree(n: usize) -> Tree<f32> {
     Tree::from_leaves([("w".to_string(), Array::vector(vec![1.0; n]))]).unwrap()

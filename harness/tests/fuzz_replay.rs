@@ -2,6 +2,8 @@
 //! a line in its README on what broke) through the same entry points the fuzz targets use.
 //! (The `stack` target measures memory: its corpus is replayed by the serialised `memory.rs`.)
 
+harness::install_counting_allocator!();
+
 use std::path::Path;
 
 fn replay(target: &str, run: fn(&[u8]) -> Result<(), String>) -> usize {

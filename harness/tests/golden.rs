@@ -1,6 +1,8 @@
 //! golden-v1 replay: every committed case passes, the format's examples among them; unimplemented
 //! kinds fail (never pass); malformed files are typed errors naming the file.
 
+harness::install_counting_allocator!();
+
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {

@@ -1,6 +1,8 @@
 //! Every pure law passes on the reference; every RAdam mutant is caught with a small
 //! counterexample. (Memory laws and the memory mutant live in `memory.rs`, serialised.)
 
+harness::install_counting_allocator!();
+
 mod common;
 use common::assert_law_holds;
 use harness::laws;
@@ -113,8 +115,8 @@ fn radam_unsafe_where_mutant_is_caught_with_small_counterexample() {
 
 #[test]
 fn reference_rectifier_is_nan_exactly_where_optax_is() {
-    // Closed form (ALGORITHMS.md §2): with default b2 the square-root argument is negative for
-    // 2 < rho_t < 4, i.e. steps 3 and 4; rho_1 = 1 for every b2.
+    // Closed form (`docs/ALGORITHMS.md` §2): with default b2 the square-root argument is negative
+    // for 2 < rho_t < 4, i.e. steps 3 and 4; rho_1 = 1 for every b2.
     let h = harness::optim::RadamHyper::default();
     let nan_steps: Vec<i32> = (1..=10)
         .filter(|&t| h.rectification(t).r.is_nan())

@@ -2,6 +2,8 @@
 //! caught by the trace law with a small counterexample, and the behaviours the issue pins down
 //! (staging by objective type, store_grad, failure and recovery, typed errors).
 
+harness::install_counting_allocator!();
+
 use harness::backend::DType;
 use harness::laws::{self, RunConfig};
 use harness::optim::linesearch::{
@@ -181,7 +183,7 @@ fn store_grad_state_gives_the_value_and_gradient_at_the_new_point() {
 /// NaN on the half-plane `x[0] > 0.5`, a unit quadratic centred at (2, 2) elsewhere.
 struct NanWall;
 impl Objective<f64> for NanWall {
-    fn value(&self, x: &Tree<f64>) -> harness::Result<f64> {
+    fn value(&self, x: &Tree<f64>) -> harness::reference::Result<f64> {
         let d = x.get("x").unwrap().data();
         Ok(if d[0] > 0.5 {
             f64::NAN
@@ -189,7 +191,7 @@ impl Objective<f64> for NanWall {
             0.5 * ((d[0] - 2.0).powi(2) + (d[1] - 2.0).powi(2))
         })
     }
-    fn value_and_grad(&self, x: &Tree<f64>) -> harness::Result<(f64, Tree<f64>)> {
+    fn value_and_grad(&self, x: &Tree<f64>) -> harness::reference::Result<(f64, Tree<f64>)> {
         let d = x.get("x").unwrap().data();
         Ok((self.value(x)?, point(&[d[0] - 2.0, d[1] - 2.0])))
     }
@@ -307,7 +309,10 @@ fn every_invalid_hyperparameter_is_a_typed_error_naming_it_and_its_range() {
     ];
     for (h, name, range) in cases {
         let e = sgd_linesearch(h).unwrap_err();
-        assert!(matches!(e, harness::Error::InvalidHyper { .. }), "{e}");
+        assert!(
+            matches!(e, harness::reference::Error::InvalidHyper { .. }),
+            "{e}"
+        );
         let msg = e.to_string();
         assert!(msg.contains(name) && msg.contains(range), "{msg}");
     }

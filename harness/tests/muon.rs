@@ -2,12 +2,14 @@
 //! small counterexample, coefficients are validated by `init` with typed errors, and the golden
 //! muon cases replay.
 
+harness::install_counting_allocator!();
+
 use harness::backend::Array;
 use harness::laws::{self, RunConfig};
 use harness::optim::muon::{MuonStepper, Sharding};
 use harness::optim::{CoeffSpec, Muon, MuonHyper, Transform};
+use harness::reference::Error;
 use harness::tree::Tree;
-use harness::Error;
 
 fn assert_law_holds(name: &str) {
     let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
@@ -109,7 +111,7 @@ fn invalid_coefficients_are_typed_errors_from_init() {
 
 #[test]
 fn dion_preset_values_are_optax_values() {
-    // optax 0.2.8 _DION_NS_COEFFS (ALGORITHMS.md §3), first and last rows.
+    // optax 0.2.8 _DION_NS_COEFFS (`docs/ALGORITHMS.md` §3), first and last rows.
     let opt = Muon::new(MuonHyper {
         ns_coeffs: CoeffSpec::Preset("dion".into()),
         ..MuonHyper::new(0.02)

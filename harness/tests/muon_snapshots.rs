@@ -3,6 +3,8 @@
 //! observation: Gaussian inputs), the first 6 updates of a fixed problem per dtype and preset
 //! (rounded to 6 significant digits), and the state signature.
 
+harness::install_counting_allocator!();
+
 use harness::backend::{Array, Float};
 use harness::laws::muon::{
     gaussian, ns_polynomial, singular_values, BAND_INPUT_FLOOR, DION_BAND, STANDARD_BAND,

@@ -2,6 +2,8 @@
 //! SVGs that parse as XML and carry data, a summary naming every law run, and a `check.json`
 //! that round-trips. Its own test binary: the report measures process-wide live bytes.
 
+harness::install_counting_allocator!();
+
 use harness::report::full::{collect, golden_bins, write, ReportConfig, DEFAULT_GOLDEN, FILES};
 use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //! (rounded to 6 significant digits), the state signatures, and the line search's value,
 //! learning-rate and evaluation sequences on each fixture problem.
 
+harness::install_counting_allocator!();
+
 use harness::backend::{Array, Float};
 use harness::optim::{self, AdamHyper, RadamHyper, Selection, Transform};
 use harness::stage::HasSignature;

@@ -2,10 +2,12 @@
 //! snapshots of the analytic bounds and of the initialised stack's checksums. (The measured
 //! peaks, the scan memory law and the `stack-vmap-fp32` mutant live in `memory.rs`, serialised.)
 
+harness::install_counting_allocator!();
+
 use harness::backend::{DType, Float};
 use harness::laws::{self, RunConfig};
+use harness::reference::Error;
 use harness::stack::{bounds, build, build_any, forward, StackConfig, Strategy, TensorId};
-use harness::Error;
 
 fn assert_law_holds(name: &str) {
     let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));

@@ -1,4 +1,4 @@
-//! The `harness` command (contract: `../shared/design/CLI.md`).
+//! The `harness` command (contract: `docs/CLI.md`).
 //!
 //! Exit status: 0 when everything checked holds, 1 when something failed, 2 for bad usage or
 //! unreadable input (one line on stderr naming the file or flag).
@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 use harness::report::{num, write_json, Table};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+harness::install_counting_allocator!();
 
 #[derive(Parser)]
 #[command(
@@ -569,10 +571,11 @@ struct TrainArgs {
 
 fn train_cnf(a: TrainArgs) -> Outcome {
     use harness::cnf::data::Dataset;
-    use harness::cnf::train::{density_grid, train_for, TrainConfig, Trainer};
+    use harness::cnf::train::{TrainConfig, Trainer};
     use harness::cnf::{CnfConfig, Probe, TraceEstimator};
     use harness::ode::grad::GradMode;
     use harness::report::svg::{heatmap, line_chart, side_by_side, Series};
+    use harness::train::{density_grid, train_for};
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     let data = Dataset::parse(&a.data).map_err(|e| Usage(format!("--data: {e}")))?;
     let cfg = CnfConfig {

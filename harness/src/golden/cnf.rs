@@ -6,7 +6,7 @@ use super::Comparator;
 use crate::backend::{Array, DType, Real};
 use crate::cnf::{flow::log_likelihood, CnfConfig, CnfParams, Layout, TraceEstimator};
 use crate::ode::Solver;
-use crate::{Error, Result};
+use crate::Result;
 use serde_json::Value;
 
 /// Replay one case (format errors are `Err`; reference errors fail the comparison).
@@ -130,7 +130,7 @@ fn run<A: Real>(case: &Case, cmp: &mut Comparator) -> Result<()> {
         )));
     }
     let got = log_likelihood(&params, x.data(), None)?;
-    let got = Array::new(vec![got.len()], got).map_err(|e: Error| case.err(e.to_string()))?;
+    let got = Array::new(vec![got.len()], got).map_err(|e| case.err(e.to_string()))?;
     cmp.array("log_prob", &got, &want);
     Ok(())
 }

@@ -1,13 +1,16 @@
 //! golden-v1: replay recorded optax/diffrax runs through the reference and compare.
 //!
-//! The format is `../shared/golden/FORMAT.md`. Any file in that format is accepted; a kind this
+//! The format is `docs/GOLDEN-FORMAT.md`. Any file in that format is accepted; a kind this
 //! build cannot replay yet fails with "not implemented" (it never passes).
 
 mod cnf;
 mod compare;
 mod format;
 mod linesearch;
+mod ode;
 mod optimizer;
+
+pub use ode::{replay_golden, CountCheck, FieldCheck, GoldenOdeReport, GoldenProblem};
 
 pub use compare::{error_over_tolerance, Comparator};
 pub use format::{parse_tensor, parse_tree, Case};
@@ -15,7 +18,7 @@ pub use format::{parse_tensor, parse_tree, Case};
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// The outcome of one case (CLI.md's `golden` JSON row).
+/// The outcome of one case (the `golden` JSON row of `docs/CLI.md`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CaseResult {
     pub name: String,
@@ -85,7 +88,7 @@ pub fn replay(case: &Case) -> Result<CaseResult> {
     let mut cmp = Comparator::new(case.tolerance);
     let outcome = match case.kind.as_str() {
         "optimizer" => optimizer::replay(case, &mut cmp),
-        "ode" => crate::ode::replay_golden(&case.doc).map(|r| {
+        "ode" => ode::replay_golden(&case.doc).map(|r| {
             for c in &r.counts {
                 cmp.exact(|| c.field.to_string(), c.got as i64, c.want as i64);
             }

@@ -1,24 +1,26 @@
 //! Laws of the continuous normalising flow: closed forms on linear fields, invertibility and
 //! normalisation of the density, the trace estimators, loss gradients, and training that traces
 //! once with flat memory. Each law is a run (`*_with`, taking the implementation under test) and
-//! a verdict; the tests feed the runs re-created bugs ([`FlowMutation`], detached traces, biased
-//! probes, a static step counter) and watch the verdicts fail.
+//! a verdict; the tests feed the runs re-created bugs (`crate::mutants::cnf_flow`: wrong block
+//! order, a lost or flipped log-density change, a detached trace; biased probes; a static step
+//! counter) and watch the verdicts fail.
 
 use super::{check_property, Family, Law};
 use crate::cnf::data::Dataset;
 use crate::cnf::field::{BlockField, Tangents};
-use crate::cnf::flow::{self, FlowMutation};
-use crate::cnf::train::{Mutation, TrainConfig, TrainState, Trainer};
+use crate::cnf::flow;
+use crate::cnf::train::{TrainConfig, TrainState, Trainer};
 use crate::cnf::{CnfConfig, CnfParams, TraceEstimator};
 use crate::ode::grad::GradMode;
 use crate::ode::Solver;
 use crate::tolerance;
 use proptest::prelude::*;
 
-type Ll = fn(&CnfParams<f64>, &[f64]) -> crate::Result<Vec<f64>>;
+/// A log-likelihood under test: `(params, points) -> log p` per point.
+pub type Ll = fn(&CnfParams<f64>, &[f64]) -> crate::reference::Result<Vec<f64>>;
 
 /// The implementation under test.
-pub fn reference_ll(p: &CnfParams<f64>, x: &[f64]) -> crate::Result<Vec<f64>> {
+pub fn reference_ll(p: &CnfParams<f64>, x: &[f64]) -> crate::reference::Result<Vec<f64>> {
     flow::log_likelihood(p, x, None)
 }
 
@@ -236,10 +238,13 @@ impl ModelCase {
     }
 }
 
-pub type Sampler = fn(&CnfParams<f64>, &[f64]) -> crate::Result<(Vec<f64>, Vec<f64>)>;
+pub type Sampler = fn(&CnfParams<f64>, &[f64]) -> crate::reference::Result<(Vec<f64>, Vec<f64>)>;
 
 /// The implementation under test.
-pub fn reference_sample(p: &CnfParams<f64>, z: &[f64]) -> crate::Result<(Vec<f64>, Vec<f64>)> {
+pub fn reference_sample(
+    p: &CnfParams<f64>,
+    z: &[f64],
+) -> crate::reference::Result<(Vec<f64>, Vec<f64>)> {
     flow::sample(p, z, None)
 }
 
@@ -416,8 +421,13 @@ pub fn hutchinson_unbiased_with(c: &ModelCase, probes: [ProbeGen; 2]) -> Result<
 // ----------------------------------------------------------------------------------------------
 // Loss gradients.
 
-type LossGradFn =
-    fn(&CnfParams<f64>, &[f64], Option<&[f64]>, GradMode) -> crate::Result<flow::LossGrad>;
+/// A loss-and-gradient under test (the signature of [`flow::loss_and_grad`]).
+pub type LossGradFn = fn(
+    &CnfParams<f64>,
+    &[f64],
+    Option<&[f64]>,
+    GradMode,
+) -> crate::reference::Result<flow::LossGrad>;
 
 /// Parameters checked per block (spread over every layer).
 pub const FD_PARAMS_PER_BLOCK: usize = 24;
@@ -576,8 +586,44 @@ pub fn train_case() -> impl Strategy<Value = TrainCase> {
         )
 }
 
-/// Build the trainer of a case (`mutation` re-creates a bug).
-pub fn trainer_for(c: &TrainCase, mutation: Option<Mutation>) -> crate::Result<Trainer> {
+/// What the training laws step: the reference [`Trainer`], or code that stages the same step
+/// differently.
+pub trait TrainSubject {
+    /// Fresh state.
+    fn init(&self) -> crate::reference::Result<TrainState>;
+    /// One step: `(new state, loss before the update)`.
+    fn step(&mut self, state: &TrainState) -> crate::reference::Result<(TrainState, f64)>;
+    /// Traces (specialisations) so far.
+    fn traces(&self) -> usize;
+    /// Plans (compiled steps) the subject holds now.
+    fn plans(&self) -> usize;
+}
+
+impl TrainSubject for Trainer {
+    fn init(&self) -> crate::reference::Result<TrainState> {
+        Trainer::init(self)
+    }
+    fn step(&mut self, state: &TrainState) -> crate::reference::Result<(TrainState, f64)> {
+        Trainer::step(self, state)
+    }
+    fn traces(&self) -> usize {
+        Trainer::traces(self)
+    }
+    fn plans(&self) -> usize {
+        Trainer::plans(self)
+    }
+}
+
+/// Makes the training subject of a case from the reference trainer of the case.
+pub type MakeTrainSubject<'a> = &'a (dyn Fn(Trainer) -> Box<dyn TrainSubject> + Sync);
+
+/// The reference trainer as it is.
+pub fn reference_trainer(t: Trainer) -> Box<dyn TrainSubject> {
+    Box::new(t)
+}
+
+/// Build the reference trainer of a case.
+pub fn trainer_for(c: &TrainCase) -> crate::reference::Result<Trainer> {
     let cfg = CnfConfig {
         width: c.width,
         depth: 1,
@@ -599,10 +645,7 @@ pub fn trainer_for(c: &TrainCase, mutation: Option<Mutation>) -> crate::Result<T
         },
         ..TrainConfig::default()
     };
-    match mutation {
-        None => Trainer::new(cfg, tc, Dataset::TwoMoons),
-        Some(m) => Trainer::mutant(cfg, tc, Dataset::TwoMoons, m),
-    }
+    Trainer::new(cfg, tc, Dataset::TwoMoons)
 }
 
 /// `steps` training steps trace once, and live bytes after the last step equal those after
@@ -612,8 +655,8 @@ pub fn trainer_for(c: &TrainCase, mutation: Option<Mutation>) -> crate::Result<T
 /// worker allocates the first time it takes part in a product, and on a loaded machine a worker
 /// may first take part at any step — a one-time cost per thread, not growth per step, that would
 /// otherwise make the measurement flaky. (Results do not depend on the thread count: tested.)
-pub fn train_trace_once_with(c: &TrainCase, mutation: Option<Mutation>) -> Result<(), String> {
-    measurement_pool().install(|| train_trace_once_on_this_pool(c, mutation))
+pub fn train_trace_once_with(c: &TrainCase, subject: MakeTrainSubject) -> Result<(), String> {
+    measurement_pool().install(|| train_trace_once_on_this_pool(c, subject))
 }
 
 /// The one-thread rayon pool memory measurements of training run on. It lives for the whole
@@ -629,8 +672,8 @@ pub fn measurement_pool() -> &'static rayon::ThreadPool {
     })
 }
 
-fn train_trace_once_on_this_pool(c: &TrainCase, mutation: Option<Mutation>) -> Result<(), String> {
-    let mut trainer = trainer_for(c, mutation).map_err(|e| e.to_string())?;
+fn train_trace_once_on_this_pool(c: &TrainCase, subject: MakeTrainSubject) -> Result<(), String> {
+    let mut trainer = subject(trainer_for(c).map_err(|e| e.to_string())?);
     let mut state: TrainState = trainer.init().map_err(|e| e.to_string())?;
     let mut live_first = 0;
     for i in 0..c.steps {
@@ -645,11 +688,11 @@ fn train_trace_once_on_this_pool(c: &TrainCase, mutation: Option<Mutation>) -> R
     }
     let live_last = crate::probe::counters().live_bytes;
     if trainer.traces() != 1 {
-        let log = trainer_log(&trainer);
         return Err(format!(
-            "{} steps traced {} times (want 1); {log}",
+            "{} steps traced {} times (want 1); {} plans held",
             c.steps,
-            trainer.traces()
+            trainer.traces(),
+            trainer.plans()
         ));
     }
     if live_last > live_first {
@@ -659,10 +702,6 @@ fn train_trace_once_on_this_pool(c: &TrainCase, mutation: Option<Mutation>) -> R
         ));
     }
     Ok(())
-}
-
-fn trainer_log(t: &Trainer) -> String {
-    format!("{} plans held", t.plans())
 }
 
 pub(crate) fn laws() -> Vec<Law> {
@@ -759,25 +798,9 @@ pub(crate) fn laws() -> Vec<Law> {
             measures_memory: true,
             run: |c, s| {
                 check_property("cnf_train_trace_once", c, s, train_case(), |x| {
-                    train_trace_once_with(x, None)
+                    train_trace_once_with(x, &reference_trainer)
                 })
             },
         },
     ]
-}
-
-/// Mutant re-creations used by the tests and `harness mutants`.
-#[doc(hidden)]
-pub fn mutant_ll(m: FlowMutation) -> Ll {
-    match m {
-        FlowMutation::ForwardBlockOrder => {
-            |p, x| flow::log_likelihood_mutant(p, x, None, FlowMutation::ForwardBlockOrder)
-        }
-        FlowMutation::DeltaNotCarried => {
-            |p, x| flow::log_likelihood_mutant(p, x, None, FlowMutation::DeltaNotCarried)
-        }
-        FlowMutation::TraceSignFlipped => {
-            |p, x| flow::log_likelihood_mutant(p, x, None, FlowMutation::TraceSignFlipped)
-        }
-    }
 }

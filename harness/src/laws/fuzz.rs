@@ -360,9 +360,11 @@ fn muon_e<E: crate::backend::Float>(input: &MuonInput) -> Result<(), String> {
     let valid = coeffs::build(&hyper.ns_coeffs, hyper.ns_steps);
     let state = match (Transform::<E>::init(&muon, &params), &valid) {
         (Ok(s), Ok(_)) => s,
-        (Err(crate::Error::InvalidHyper { name, .. }), _) if name != "ns_coeffs" => return Ok(()),
+        (Err(crate::reference::Error::InvalidHyper { name, .. }), _) if name != "ns_coeffs" => {
+            return Ok(())
+        }
         (
-            Err(crate::Error::InvalidHyper {
+            Err(crate::reference::Error::InvalidHyper {
                 name: "ns_coeffs", ..
             }),
             Err(_),
@@ -451,6 +453,7 @@ impl StackInput {
 /// input satisfies every stack law (all strategies bit-identical, f16 = cast(f32), scan = loop,
 /// measured peaks within their bounds). No input may panic.
 pub fn stack(data: &[u8]) -> Result<(), String> {
+    crate::probe::require_installed().map_err(|e| e.to_string())?;
     let Ok(input) = StackInput::arbitrary_take_rest(Unstructured::new(data)) else {
         return Ok(());
     };
@@ -546,7 +549,9 @@ pub fn cnf(data: &[u8]) -> Result<(), String> {
                     return Err(format!("non-finite log-density {v:?} returned as Ok"));
                 }
             }
-            Err(crate::Error::Overflow(_) | crate::Error::InvalidHyper { .. }) => {}
+            Err(
+                crate::reference::Error::Overflow(_) | crate::reference::Error::InvalidHyper { .. },
+            ) => {}
             Err(e) => return Err(format!("unexpected error kind: {e}")),
         }
         match flow::sample(p, pts, probes) {
@@ -555,7 +560,9 @@ pub fn cnf(data: &[u8]) -> Result<(), String> {
                     return Err("non-finite sample or density returned as Ok".into());
                 }
             }
-            Err(crate::Error::Overflow(_) | crate::Error::InvalidHyper { .. }) => {}
+            Err(
+                crate::reference::Error::Overflow(_) | crate::reference::Error::InvalidHyper { .. },
+            ) => {}
             Err(e) => return Err(format!("unexpected error kind: {e}")),
         }
         Ok(())
@@ -580,7 +587,9 @@ pub fn cnf(data: &[u8]) -> Result<(), String> {
                     return Err("non-finite loss or gradient returned as Ok".into());
                 }
             }
-            Err(crate::Error::Overflow(_) | crate::Error::InvalidHyper { .. }) => {}
+            Err(
+                crate::reference::Error::Overflow(_) | crate::reference::Error::InvalidHyper { .. },
+            ) => {}
             Err(e) => return Err(format!("unexpected error kind: {e}")),
         }
     }

@@ -9,9 +9,9 @@ use crate::optim::linesearch::{
     Matyas, Objective, Quadratic, Rosenbrock, SgdLineSearch, Staged,
 };
 use crate::optim::{ChainState, NoState};
+use crate::reference::Result;
 use crate::stage::{HasSignature, Signature};
 use crate::tree::{apply_updates, Tree};
-use crate::Result;
 use proptest::prelude::*;
 use std::cell::Cell;
 
@@ -734,7 +734,7 @@ pub fn trace_case() -> impl Strategy<Value = LsCase> {
 pub fn check_case(case: &LsCase) -> std::result::Result<(), String> {
     if let Err(e) = case.hyper.validate() {
         return match sgd_linesearch(case.hyper) {
-            Err(crate::Error::InvalidHyper { .. }) => Ok(()),
+            Err(crate::reference::Error::InvalidHyper { .. }) => Ok(()),
             Err(other) => Err(format!(
                 "invalid hyperparameters gave a non-hyper error: {other}"
             )),

@@ -23,7 +23,8 @@ use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner
 use std::fmt::Debug;
 use std::time::Instant;
 
-/// The four law families of ARCHITECTURE.md, plus plain numerics.
+/// The four law families (the `family` field of `harness check`, `docs/CLI.md`), plus plain
+/// numerics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Family {
@@ -67,7 +68,7 @@ impl RunConfig {
     }
 }
 
-/// The result of running one law (CLI.md's `check` row).
+/// The result of running one law (the `check` JSON row of `docs/CLI.md`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LawReport {
     pub name: String,
@@ -109,7 +110,9 @@ pub fn run(law: &Law, cfg: RunConfig) -> LawReport {
     let start = Instant::now();
     let outcome = if law.measures_memory {
         let _g = crate::probe::exclusive();
-        (law.run)(cases, cfg.seed)
+        crate::probe::require_installed()
+            .map_err(|e| e.to_string())
+            .and_then(|()| (law.run)(cases, cfg.seed))
     } else {
         (law.run)(cases, cfg.seed)
     };

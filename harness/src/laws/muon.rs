@@ -153,7 +153,7 @@ pub fn tree<E: Float>(shapes: &[Vec<usize>], seed: u64, scale: f64) -> Tree<E> {
     .expect("distinct names")
 }
 
-fn err(e: crate::Error) -> String {
+fn err(e: crate::reference::Error) -> String {
     e.to_string()
 }
 
@@ -706,11 +706,48 @@ pub fn subject_with<P: CoeffPolicy>(case: &ShardCase, policy: P) -> Result<Muon<
 /// starts its pool's threads' lazily allocated gemm scratch; the second proves it is reused).
 pub const NS_WARMUP_CALLS: usize = 2;
 
+/// A planned Newton–Schulz iteration under test: the reference [`NsPlan`], or another way of
+/// running the same iteration for `rows x cols` matrices.
+pub trait NsRunner {
+    /// `(rows, cols)`.
+    fn shape(&self) -> (usize, usize);
+    /// Threads the products are split across.
+    fn threads(&self) -> usize;
+    /// Orthogonalise `input` into `out`; returns the iterations run.
+    fn run(
+        &mut self,
+        input: &[f32],
+        coeffs: &Array<f64>,
+        ns_steps: usize,
+        eps: f32,
+        out: &mut [f32],
+    ) -> usize;
+}
+
+impl NsRunner for NsPlan<f32> {
+    fn shape(&self) -> (usize, usize) {
+        NsPlan::shape(self)
+    }
+    fn threads(&self) -> usize {
+        NsPlan::threads(self)
+    }
+    fn run(
+        &mut self,
+        input: &[f32],
+        coeffs: &Array<f64>,
+        ns_steps: usize,
+        eps: f32,
+        out: &mut [f32],
+    ) -> usize {
+        NsPlan::run(self, input, coeffs, ns_steps, eps, out)
+    }
+}
+
 /// After [`NS_WARMUP_CALLS`] runs, `calls` further runs of `plan` on `x` make no allocation at
 /// all (on any thread: the counting allocator is process-wide) and leave live bytes where they
 /// were. Returns the measurement of the `calls` runs. Hold [`crate::probe::exclusive`].
 pub fn planned_ns_allocates_nothing(
-    plan: &mut NsPlan<f32>,
+    plan: &mut dyn NsRunner,
     x: &[f32],
     calls: usize,
 ) -> Result<crate::probe::Measurement, String> {

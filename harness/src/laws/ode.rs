@@ -4,7 +4,8 @@
 
 use super::{check_property, Family, Law};
 use crate::ode::fixtures::{Linear, LotkaVolterra};
-use crate::ode::grad::{self, DiffField, GradMode, Gradient, Mutation};
+use crate::ode::grad::{self, DiffField, GradMode, Gradient};
+use crate::ode::Tableau;
 use crate::ode::{solve, solve_observed, Controller, Pid, SolveOptions, Solver, StepEvent};
 use crate::tolerance;
 use proptest::prelude::*;
@@ -123,7 +124,7 @@ fn pid(c: &PidCase) -> Result<Pid, String> {
             .factormin(c.factormin)?
             .safety(c.safety)
     })()
-    .map_err(|e: crate::Error| e.to_string())
+    .map_err(|e: crate::reference::Error| e.to_string())
 }
 
 /// The verdict of [`step_control`] on the attempted steps of one solve ending at `t1`
@@ -198,7 +199,7 @@ pub fn step_control(c: &PidCase) -> Result<(), String> {
             |e| events.push(*e),
         ) {
             Ok(_) => true,
-            Err(crate::Error::MaxStepsExceeded { .. }) => false,
+            Err(crate::reference::Error::MaxStepsExceeded { .. }) => false,
             Err(e) => return Err(format!("{solver}: {e}")),
         };
         check_step_events(&solver.to_string(), &events, &p, t1, finished)?;
@@ -252,7 +253,7 @@ pub fn round_trip(c: &PidCase) -> Result<(), String> {
             .and_then(|f| solve(&field, &tab, &ctl, t1, 0.0, &f.y_final, &opts).map(|b| (f, b)))
         {
             Ok(fb) => fb,
-            Err(crate::Error::MaxStepsExceeded { .. }) => continue, // out of budget, not a miss
+            Err(crate::reference::Error::MaxStepsExceeded { .. }) => continue, // out of budget, not a miss
             Err(e) => return Err(format!("{solver}: {e}")),
         };
         let steps = fwd.stats.num_accepted_steps + back.stats.num_accepted_steps;
@@ -351,7 +352,7 @@ pub fn bad_input_is_typed_error(b: &BadInput) -> Result<(), String> {
 /// The verdict of [`bad_input_is_typed_error`] on the solve's outcome for input `b`.
 pub fn check_bad_input(
     b: &BadInput,
-    r: &crate::Result<crate::ode::Solution<f64>>,
+    r: &crate::reference::Result<crate::ode::Solution<f64>>,
 ) -> Result<(), String> {
     let expect_err = b.empty_state
         || !b.y0.is_finite()
@@ -467,18 +468,29 @@ impl GradCase {
         }
         .map_err(|e| e.to_string())
     }
-    /// The gradient, in `mode`, optionally mutated.
-    pub fn gradient(&self, mode: GradMode, mutation: Option<Mutation>) -> Result<Gradient, String> {
+    /// The gradient computed by `subject`, in `mode`.
+    pub fn gradient(
+        &self,
+        mode: GradMode,
+        subject: &dyn GradientSubject,
+    ) -> Result<Gradient, String> {
         let f = self.field()?;
         let tab = self.solver().tableau();
         let ctl = self.controller()?;
         let opts = SolveOptions::default();
         let ((t0, t1), y0, w) = (self.interval(), &self.rotation.y0, &self.w);
-        match mutation {
-            None => grad::gradient(&*f, &tab, &ctl, t0, t1, y0, w, mode, &opts),
-            Some(m) => grad::gradient_mutant(&*f, &tab, &ctl, t0, t1, y0, w, mode, &opts, m),
-        }
-        .map_err(|e| format!("{}: {e}", self.solver()))
+        let problem = GradProblem {
+            tableau: &tab,
+            controller: &ctl,
+            t0,
+            t1,
+            y0,
+            w,
+            options: &opts,
+        };
+        subject
+            .gradient(&*f, &problem, mode)
+            .map_err(|e| format!("{}: {e}", self.solver()))
     }
     /// Compare `g` with central finite differences of `<w, y(t_n)>` along `g.ts`; the largest
     /// error `|g - fd|` over all components is returned when every one is within
@@ -527,28 +539,81 @@ impl GradCase {
     }
 }
 
+/// One gradient through a solve: `dL/dy0` and `dL/dtheta` of `L = <w, y(t1)>`.
+#[derive(Clone, Copy)]
+pub struct GradProblem<'a> {
+    pub tableau: &'a Tableau,
+    pub controller: &'a Controller,
+    pub t0: f64,
+    pub t1: f64,
+    pub y0: &'a [f64],
+    pub w: &'a [f64],
+    pub options: &'a SolveOptions,
+}
+
+/// What computes gradients through a solve for the gradient laws: the reference
+/// ([`ReferenceGradient`]), a re-created bug, or a user's implementation.
+pub trait GradientSubject: Sync {
+    /// The gradient of `problem` for `field`, storing states as `mode` says.
+    fn gradient(
+        &self,
+        field: &dyn DiffField,
+        problem: &GradProblem<'_>,
+        mode: GradMode,
+    ) -> crate::reference::Result<Gradient>;
+}
+
+/// The reference implementation, [`grad::gradient`].
+pub struct ReferenceGradient;
+
+impl GradientSubject for ReferenceGradient {
+    fn gradient(
+        &self,
+        field: &dyn DiffField,
+        p: &GradProblem<'_>,
+        mode: GradMode,
+    ) -> crate::reference::Result<Gradient> {
+        grad::gradient(
+            field,
+            p.tableau,
+            p.controller,
+            p.t0,
+            p.t1,
+            p.y0,
+            p.w,
+            mode,
+            p.options,
+        )
+    }
+}
+
 /// The full-tape gradient matches central finite differences of the fixed-times map in f64
 /// within [`tolerance::GRAD_FD`], for `y0` and every parameter.
 pub fn grad_matches_fd(c: &GradCase) -> Result<(), String> {
-    let g = match c.gradient(GradMode::FullTape, None) {
+    grad_matches_fd_with(c, &ReferenceGradient)
+}
+
+/// [`grad_matches_fd`] on `subject`.
+pub fn grad_matches_fd_with(c: &GradCase, subject: &dyn GradientSubject) -> Result<(), String> {
+    let g = match c.gradient(GradMode::FullTape, subject) {
         Err(e) if e.contains("max_steps") => return Ok(()), // out of budget, not a miss
         r => r?,
     };
     c.compare_with_fd(&g).map(|_| ())
 }
 
-/// Backward solves (`t1 < t0`, diffrax's time negation): the full-tape gradient, with
-/// `mutation` applied, matches central finite differences of the fixed-times map in f64 within
+/// Backward solves (`t1 < t0`, diffrax's time negation): the full-tape gradient of `subject`
+/// matches central finite differences of the fixed-times map in f64 within
 /// [`tolerance::GRAD_FD`], and the checkpointed gradient (2 checkpoints) equals it bit for bit.
 pub fn grad_backward_matches_fd_with(
     c: &GradCase,
-    mutation: Option<Mutation>,
+    subject: &dyn GradientSubject,
 ) -> Result<(), String> {
     let backward = GradCase {
         backward: true,
         ..*c
     };
-    let g = match backward.gradient(GradMode::FullTape, mutation) {
+    let g = match backward.gradient(GradMode::FullTape, subject) {
         Err(e) if e.contains("max_steps") => return Ok(()), // out of budget, not a miss
         r => r?,
     };
@@ -563,14 +628,14 @@ pub fn grad_backward_matches_fd_with(
         GradMode::Checkpointed {
             checkpoints: Some(2),
         },
-        mutation,
+        subject,
     )?;
     grads_bitwise_equal(&format!("{} backward c=2", backward.solver()), &ck, &g)
 }
 
 /// [`grad_backward_matches_fd_with`] on the reference.
 pub fn grad_backward_matches_fd(c: &GradCase) -> Result<(), String> {
-    grad_backward_matches_fd_with(c, None)
+    grad_backward_matches_fd_with(c, &ReferenceGradient)
 }
 
 /// `Ok` when the two gradients (and recomputed final states) are bit-identical.
@@ -594,19 +659,19 @@ pub fn grads_bitwise_equal(what: &str, a: &Gradient, b: &Gradient) -> Result<(),
 }
 
 /// The checkpointed gradient equals the full tape's bit for bit, for every checkpoint count
-/// `c = 1..=n` and the default budget; `mutation` applies to the checkpointed runs only.
+/// `c = 1..=n` and the default budget, both computed by `subject`.
 pub fn checkpointed_equals_full_with(
     c: &GradCase,
-    mutation: Option<Mutation>,
+    subject: &dyn GradientSubject,
 ) -> Result<(), String> {
-    let full = match c.gradient(GradMode::FullTape, None) {
+    let full = match c.gradient(GradMode::FullTape, subject) {
         Err(e) if e.contains("max_steps") => return Ok(()),
         r => r?,
     };
     let n = full.ts.len() - 1;
     let budgets = (1..=n).map(Some).chain(std::iter::once(None));
     for k in budgets {
-        let ck = c.gradient(GradMode::Checkpointed { checkpoints: k }, mutation)?;
+        let ck = c.gradient(GradMode::Checkpointed { checkpoints: k }, subject)?;
         grads_bitwise_equal(&format!("{} n={n} c={k:?}", c.solver()), &ck, &full)?;
     }
     Ok(())
@@ -614,7 +679,7 @@ pub fn checkpointed_equals_full_with(
 
 /// [`checkpointed_equals_full_with`] on the reference.
 pub fn checkpointed_equals_full(c: &GradCase) -> Result<(), String> {
-    checkpointed_equals_full_with(c, None)
+    checkpointed_equals_full_with(c, &ReferenceGradient)
 }
 
 /// Peak bytes above baseline of gradients on a `dim`-dimensional linear system with `n`
@@ -650,7 +715,7 @@ pub fn memory_problem(dim: usize) -> Result<Linear, String> {
 }
 
 /// Measure both modes for each `n` in `steps` (checkpoints `ceil(sqrt(n))`) with `solver`;
-/// `mutation` applies to the checkpointed runs. The bound on the checkpointed peak is
+/// the checkpointed runs are `subject`'s, the full tape and the overhead the reference's. The bound on the checkpointed peak is
 /// `c * state_bytes + times_bytes + overhead`: the `c` checkpoints, the step times as held,
 /// and the overhead constant, the checkpointed peak of a one-step gradient on the same problem
 /// (one checkpoint — so the bound has one state of slack —, the working state, `y_final`, old
@@ -660,7 +725,7 @@ pub fn grad_memory(
     dim: usize,
     solver: Solver,
     steps: &[usize],
-    mutation: Option<Mutation>,
+    subject: &dyn GradientSubject,
 ) -> Result<Vec<GradMemory>, String> {
     let field = memory_problem(dim)?;
     let tab = solver.tableau();
@@ -670,34 +735,38 @@ pub fn grad_memory(
         max_steps: 1 << 16,
         ..Default::default()
     };
-    let run = |n: usize,
-               mode: GradMode,
-               m: Option<Mutation>|
-     -> Result<(Gradient, usize), String> {
-        let ctl = Controller::constant(1.0 / n as f64).map_err(|e| e.to_string())?;
-        let (g, mem) = crate::probe::measure(|| match m {
-            None => grad::gradient(&field, &tab, &ctl, 0.0, 1.0, &y0, &w, mode, &opts),
-            Some(m) => grad::gradient_mutant(&field, &tab, &ctl, 0.0, 1.0, &y0, &w, mode, &opts, m),
-        });
-        Ok((g.map_err(|e| e.to_string())?, mem.peak_above_baseline))
-    };
+    let run =
+        |n: usize, mode: GradMode, s: &dyn GradientSubject| -> Result<(Gradient, usize), String> {
+            let ctl = Controller::constant(1.0 / n as f64).map_err(|e| e.to_string())?;
+            let problem = GradProblem {
+                tableau: &tab,
+                controller: &ctl,
+                t0: 0.0,
+                t1: 1.0,
+                y0: &y0,
+                w: &w,
+                options: &opts,
+            };
+            let (g, mem) = crate::probe::measure(|| s.gradient(&field, &problem, mode));
+            Ok((g.map_err(|e| e.to_string())?, mem.peak_above_baseline))
+        };
     // warm-up (one-time lazy allocations), then the overhead constant
-    run(1, GradMode::FullTape, None)?;
+    run(1, GradMode::FullTape, &ReferenceGradient)?;
     let one = GradMode::Checkpointed {
         checkpoints: Some(1),
     };
-    let (_, overhead) = run(1, one, None)?;
+    let (_, overhead) = run(1, one, &ReferenceGradient)?;
     let state_bytes = dim * std::mem::size_of::<f64>();
     let mut out = Vec::new();
     for &n in steps {
         let c = (n as f64).sqrt().ceil() as usize;
-        let (g, full_tape_peak) = run(n, GradMode::FullTape, None)?;
+        let (g, full_tape_peak) = run(n, GradMode::FullTape, &ReferenceGradient)?;
         let (gc, checkpointed_peak) = run(
             n,
             GradMode::Checkpointed {
                 checkpoints: Some(c),
             },
-            mutation,
+            subject,
         )?;
         grads_bitwise_equal("memory run", &gc, &g)?;
         let n_act = g.ts.len() - 1;
@@ -747,17 +816,17 @@ pub fn check_grad_memory(rows: &[GradMemory]) -> Result<(), String> {
 /// Steps used by the memory law.
 pub const GRAD_MEM_STEPS: [usize; 3] = [100, 400, 1600];
 
-/// The memory law with `mutation` applied to the checkpointed runs: 32-dimensional linear
-/// system, `n = 100, 400, 1600`, `c = ceil(sqrt(n))`, for the method picked by the case.
-pub fn grad_memory_bound_with(solver: &usize, mutation: Option<Mutation>) -> Result<(), String> {
+/// The memory law with `subject`'s checkpointed runs: 32-dimensional linear system,
+/// `n = 100, 400, 1600`, `c = ceil(sqrt(n))`, for the method picked by the case.
+pub fn grad_memory_bound_with(solver: &usize, subject: &dyn GradientSubject) -> Result<(), String> {
     let solver = Solver::ALL[*solver];
-    let rows = grad_memory(32, solver, &GRAD_MEM_STEPS, mutation)?;
+    let rows = grad_memory(32, solver, &GRAD_MEM_STEPS, subject)?;
     check_grad_memory(&rows).map_err(|e| format!("{solver}: {e}"))
 }
 
 /// [`grad_memory_bound_with`] on the reference.
 pub fn grad_memory_bound(solver: &usize) -> Result<(), String> {
-    grad_memory_bound_with(solver, None)
+    grad_memory_bound_with(solver, &ReferenceGradient)
 }
 
 pub(crate) fn laws() -> Vec<Law> {

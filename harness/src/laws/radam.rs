@@ -10,10 +10,10 @@ use crate::optim::{
     self, FusedMoments, Jit, MomentState, RadamHyper, ScaleByAdam, ScaleByRadam, Selection,
     Transform,
 };
+use crate::reference::Result;
 use crate::stage::HasSignature;
 use crate::tolerance;
 use crate::tree::{apply_updates, Tree};
-use crate::Result;
 use proptest::prelude::*;
 
 /// Run `$f::<E>($case, ...)` with `E` the case's dtype.
@@ -33,7 +33,7 @@ pub fn leaf<E: Float>(data: &[f64]) -> Tree<E> {
     Tree::from_leaves([("w".to_string(), arr)]).expect("one leaf")
 }
 
-fn err(e: crate::Error) -> String {
+fn err(e: crate::reference::Error) -> String {
     e.to_string()
 }
 
@@ -525,7 +525,7 @@ pub fn trace_once_memory_flat(case: &MemCase, make: MakeStepper) -> Result<MemRu
             for _ in 0..case.steps {
                 opt.step(&mut params, &grads)?;
             }
-            Ok::<(), crate::Error>(())
+            Ok::<(), crate::reference::Error>(())
         })
     };
     let (r1, m1) = window();

@@ -33,7 +33,7 @@ impl StackCase {
     }
 }
 
-fn err(e: crate::Error) -> String {
+fn err(e: crate::reference::Error) -> String {
     e.to_string()
 }
 
@@ -82,7 +82,7 @@ pub trait InitSubject {
         seed: u64,
         strategy: Strategy,
         obs: &mut dyn Observer,
-    ) -> crate::Result<AnyBuilt>;
+    ) -> crate::reference::Result<AnyBuilt>;
 }
 
 /// The reference strategies of [`crate::stack::init`].
@@ -95,7 +95,7 @@ impl InitSubject for Reference {
         seed: u64,
         strategy: Strategy,
         obs: &mut dyn Observer,
-    ) -> crate::Result<AnyBuilt> {
+    ) -> crate::reference::Result<AnyBuilt> {
         build_any(cfg, seed, strategy, obs)
     }
 }

@@ -1,13 +1,59 @@
 //! `cnf-static-step`: the training step counter passed as static configuration — what a Python
 //! int does under `jax.jit` (diffrax #574: every step re-traced and the compilation cache, one
-//! executable per step, grew). Here the counter's value joins the static cache key, so each step
-//! is a new trace and the cache keeps every plan; `cnf_train_trace_once` catches it with N = 2.
+//! executable per step, grew). [`StaticStep`] stages the reference's step itself, with the
+//! counter's value in the static key, so each step is a new trace and the cache keeps every
+//! plan; `cnf_train_trace_once` catches it with N = 2.
 
 use super::Mutant;
-use crate::cnf::train::Mutation;
-use crate::laws::cnf::{train_case, train_trace_once_with, TrainCase};
+use crate::cnf::train::{StepWorkspace, TrainState, Trainer};
+use crate::laws::cnf::{train_case, train_trace_once_with, TrainCase, TrainSubject};
 use crate::laws::{check_property, DEFAULT_SEED};
+use crate::reference::Result;
+use crate::stage::{KeyHasher, Stage};
 use proptest::strategy::Strategy;
+
+/// The reference training step, staged with the step counter hashed into the static key.
+pub struct StaticStep {
+    trainer: Trainer,
+    stage: Stage<StepWorkspace>,
+}
+
+impl StaticStep {
+    pub fn new(trainer: Trainer) -> Self {
+        Self {
+            trainer,
+            stage: Stage::new("cnf_train_step"),
+        }
+    }
+}
+
+impl TrainSubject for StaticStep {
+    fn init(&self) -> Result<TrainState> {
+        self.trainer.init()
+    }
+    fn step(&mut self, state: &TrainState) -> Result<(TrainState, f64)> {
+        let counter = state.step.data().first().copied().unwrap_or(0);
+        // the Python int baked into the trace
+        let key = KeyHasher::default()
+            .val(self.trainer.static_key())
+            .val(counter)
+            .finish();
+        let trainer = &self.trainer;
+        let ws = self.stage.call(key, state, |_| Ok(trainer.workspace()))?;
+        trainer.step_in(ws, state)
+    }
+    fn traces(&self) -> usize {
+        self.stage.traces()
+    }
+    fn plans(&self) -> usize {
+        self.stage.plans()
+    }
+}
+
+/// The mutant as the laws take it.
+pub fn subject(trainer: Trainer) -> Box<dyn TrainSubject> {
+    Box::new(StaticStep::new(trainer))
+}
 
 pub fn mutant() -> Mutant {
     Mutant {
@@ -21,7 +67,7 @@ pub fn mutant() -> Mutant {
                 16,
                 DEFAULT_SEED,
                 train_case().prop_map(|c| TrainCase { steps: 2, ..c }),
-                |c| train_trace_once_with(c, Some(Mutation::StaticStep)),
+                |c| train_trace_once_with(c, &subject),
             )
         },
     }

@@ -9,8 +9,8 @@ use crate::laws::linesearch::{trace_case, trace_once, CaseObjective, TraceSubjec
 use crate::laws::{check_property, DEFAULT_SEED};
 use crate::optim::linesearch::{LineSearch, LineSearchState, SgdLineSearch, Staged};
 use crate::optim::{ChainState, NoState};
+use crate::reference::Result;
 use crate::tree::Tree;
-use crate::Result;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Ids of the freshly built loop functions (Python's `id()` of a new closure).

@@ -9,8 +9,8 @@ use crate::laws::linesearch::{trace_case, trace_once, CaseObjective, Reference, 
 use crate::laws::{check_property, DEFAULT_SEED};
 use crate::optim::linesearch::{LineSearch, LineSearchState, Scalar, SgdLineSearch, Staged};
 use crate::optim::{ChainState, NoState};
+use crate::reference::Result;
 use crate::tree::Tree;
-use crate::Result;
 
 /// The reference with a weak counter after `init`.
 pub struct WeakInit;

@@ -1,12 +1,15 @@
 //! The upstream bugs, re-created. Each must be caught by the law meant to guard against it, with
 //! a small counterexample; `harness mutants` prints the table and the tests assert it.
 //!
-//! Names are CLI.md's and stable: other tools look for them.
+//! Names are those of `docs/CLI.md` and stable: other tools look for them.
 
-mod cnf_static_step;
+pub mod cnf_flow;
+pub mod cnf_static_step;
 pub mod linesearch_rebuilt_objective;
 pub mod linesearch_weak_init;
 mod muon_captured_coeffs;
+pub mod muon_plan_per_call;
+pub mod ode_gradient;
 mod radam_cond_leak;
 mod radam_unsafe_where;
 mod stack_vmap_fp32;

@@ -7,9 +7,9 @@ use super::Mutant;
 use crate::laws::radam::{leaf, run_memory_law, Stepper};
 use crate::laws::DEFAULT_SEED;
 use crate::optim::{self, Chain, ScaleByLearningRate, ScaleByRadam, Selection, Transform};
+use crate::reference::Result;
 use crate::stage::{KeyHasher, Stage};
 use crate::tree::{apply_updates, Tree};
-use crate::Result;
 
 type Radam = Chain<ScaleByRadam, ScaleByLearningRate>;
 

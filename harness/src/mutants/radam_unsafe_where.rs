@@ -9,8 +9,8 @@ use crate::laws::radam::{branches_finite, BranchSubject};
 use crate::laws::{check_property, strategies::opt_case, DEFAULT_SEED};
 use crate::optim::radam::{RadamBranches, Rectification};
 use crate::optim::{MomentState, ScaleByRadam};
+use crate::reference::Result;
 use crate::tree::Tree;
-use crate::Result;
 
 /// Branches with the raw rectifier.
 pub struct UnsafeWhere;

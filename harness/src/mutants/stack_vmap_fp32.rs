@@ -20,7 +20,7 @@ impl InitSubject for VmapFp32 {
         seed: u64,
         strategy: Strategy,
         obs: &mut dyn Observer,
-    ) -> crate::Result<AnyBuilt> {
+    ) -> crate::reference::Result<AnyBuilt> {
         let s = match strategy {
             Strategy::ChunkedDirect | Strategy::Preallocated => Strategy::VmapF32ThenCast,
             other => other,

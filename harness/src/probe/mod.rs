@@ -3,6 +3,16 @@
 //! The counters are process-wide atomics because dfdx's gemm allocates on rayon worker threads;
 //! a measurement therefore sees every thread. Code that measures must hold [`exclusive`] so that
 //! two measurements never overlap, and tests that measure live in their own test binary.
+//!
+//! The library installs no allocator: a binary that measures installs [`CountingAlloc`] with
+//! [`install_counting_allocator!`](crate::install_counting_allocator) (the `harness` CLI, the
+//! test binaries, the fuzz targets and the examples do). [`installed`] tells whether it is, and
+//! the memory laws refuse to run without it rather than read counters that never move.
+//!
+//! ```
+//! // A doctest is its own binary without the counting allocator: nothing is counted.
+//! assert!(!harness::probe::installed());
+//! ```
 
 pub mod timeline;
 pub use timeline::Timeline;
@@ -53,6 +63,42 @@ fn grew(bytes: usize) {
     let live = LIVE.fetch_add(bytes, Relaxed) + bytes;
     PEAK.fetch_max(live, Relaxed);
     ALLOCS.fetch_add(1, Relaxed);
+}
+
+/// Install [`CountingAlloc`] as the global allocator of the binary that invokes this macro (once,
+/// at the root of a binary crate: the CLI, a test file, a fuzz target, an example).
+///
+/// ```ignore
+/// harness::install_counting_allocator!();
+/// fn main() {
+///     assert!(harness::probe::installed());
+/// }
+/// ```
+#[macro_export]
+macro_rules! install_counting_allocator {
+    () => {
+        #[global_allocator]
+        static HARNESS_COUNTING_ALLOCATOR: $crate::probe::CountingAlloc =
+            $crate::probe::CountingAlloc;
+    };
+}
+
+/// Whether [`CountingAlloc`] is this process's global allocator: an allocation made now must
+/// move its counter (no other allocator touches it).
+pub fn installed() -> bool {
+    let before = ALLOCS.load(Relaxed);
+    let probe = std::hint::black_box(Box::new(0u64));
+    drop(probe);
+    ALLOCS.load(Relaxed) > before
+}
+
+/// `Ok` when memory is measured ([`installed`]), else [`crate::Error::ProbeNotInstalled`].
+pub fn require_installed() -> crate::Result<()> {
+    if installed() {
+        Ok(())
+    } else {
+        Err(crate::Error::ProbeNotInstalled)
+    }
 }
 
 /// The counters at one moment.

@@ -1,4 +1,4 @@
-//! Human tables on stdout, the JSON files of CLI.md, SVG charts ([`svg`]) and the directory
+//! Human tables on stdout, the JSON files of `docs/CLI.md`, SVG charts ([`svg`]) and the directory
 //! report of `harness check --report DIR` ([`full`], measuring through [`probes`]).
 
 #[cfg(feature = "mutants")]

@@ -13,8 +13,8 @@ use crate::optim::linesearch::{point, sgd_linesearch, BacktrackingHyper, Objecti
 use crate::optim::muon::{CoeffPolicy, MuonStepper, Sharding};
 use crate::optim::{self, AdamHyper, FusedMoments, Muon, MuonHyper, RadamHyper, Selection};
 use crate::probe::Timeline;
+use crate::reference::Result;
 use crate::tree::{apply_updates, Tree};
-use crate::Result;
 
 /// Sizes of the step runs.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -162,11 +162,7 @@ fn muon_planned<P: CoeffPolicy>(
     ))
 }
 
-fn cnf_run(
-    cfg: &StepConfig,
-    name: &str,
-    mutation: Option<crate::cnf::train::Mutation>,
-) -> Result<StepRun> {
+fn cnf_run(cfg: &StepConfig, name: &str, static_step: bool) -> Result<StepRun> {
     use crate::cnf::data::Dataset;
     use crate::cnf::train::{TrainConfig, Trainer};
     use crate::cnf::CnfConfig;
@@ -180,10 +176,12 @@ fn cnf_run(
         batch: cfg.cnf_batch,
         ..TrainConfig::default()
     };
-    let mutant = mutation.is_some().then_some("diffrax #574");
-    let mut trainer = match mutation {
-        Some(m) => Trainer::mutant(c, tc, Dataset::TwoMoons, m)?,
-        None => Trainer::new(c, tc, Dataset::TwoMoons)?,
+    let mutant = static_step.then_some("diffrax #574");
+    let trainer = Trainer::new(c, tc, Dataset::TwoMoons)?;
+    let mut trainer: Box<dyn crate::laws::cnf::TrainSubject> = if static_step {
+        crate::mutants::cnf_static_step::subject(trainer)
+    } else {
+        Box::new(trainer)
     };
     let mut state = trainer.init()?;
     let live = record(cfg.steps, || {
@@ -300,9 +298,9 @@ pub fn run_all(cfg: &StepConfig, mut tick: impl FnMut(&str)) -> Result<Vec<StepR
     next(&mut out, r)?;
     let r = linesearch_run(cfg, RUNS[12], Some("optax #1171"), &RebuiltObjective);
     next(&mut out, r)?;
-    let r = cnf_run(cfg, RUNS[13], None);
+    let r = cnf_run(cfg, RUNS[13], false);
     next(&mut out, r)?;
-    let r = cnf_run(cfg, RUNS[14], Some(crate::cnf::train::Mutation::StaticStep));
+    let r = cnf_run(cfg, RUNS[14], true);
     next(&mut out, r)?;
     Ok(out)
 }

@@ -1,0 +1,233 @@
+//! # The block field's vector–Jacobian product, written out by hand
+//!
+//! Training differentiates the augmented field `F(t, z; theta) = [f(t, y), tr J(t, y)]` of one
+//! block (see [`super::field`] for the maths of `f`, the tangents and the stacked forward pass
+//! `P = H W1^T` over `H = [h; dh_1; ..; dh_k]`). dfdx's tape can do it ([`super::taped`]), but
+//! at the price of one tensor per elementwise operation; this module computes the same VJP with
+//! two matrix products per layer and fused loops, from the `H` and `P` the forward pass kept
+//! ([`super::field::Kept`], one per stage: see [`crate::ode::grad::ManualVjp`]).
+//!
+//! ## Backward
+//! Given the cotangents `fbar` (`n x d`) and `trbar` (`n`), the last layer's `Ubar` has primal
+//! rows `fbar` and tangent rows `trbar_i e_q` in column `q` of block `q` (exact), or
+//! `trbar_i eps_i` (Hutchinson). Then, layer by layer from the last:
+//!
+//! ```text
+//! sbar_j  = sum_primal ubar (P + b1) + sum_tangent ubar P      cbar_j = sum_primal ubar
+//! Pbar    = Ubar * s                                           b1bar  = sum_primal Pbar
+//! w2bar   = t sbar s (1 - s)     b2bar = sbar s (1 - s)        w3bar  = t cbar
+//! W1bar  += Pbar^T H             Hbar   = Pbar W1
+//! ```
+//!
+//! and through the nonlinearity below (`Hbar = [h'bar; dh'bar_q]`):
+//!
+//! ```text
+//! gbar   = sum_q du_q * dh'bar_q
+//! ubar   = g * (h'bar - 2 h' gbar)      dubar_q = g * dh'bar_q
+//! ```
+//!
+//! At the first layer the tangent rows of `H` are constants, so only the primal rows of `Hbar`
+//! (the cotangent of `y`) are computed. The cotangent of `delta` is zero: the field does not
+//! read it.
+//!
+//! Guarantees: the same maths as the taped form (the `harness` crate's law
+//! `cnf_hand_vjp_matches_tape` compares the two within its `tolerance::CNF_MANUAL_VJP`); finite weights and inputs give finite results; the
+//! buffers grow on the first call and are reused after it.
+//!
+//! # References
+//! - W. Grathwohl et al., "FFJORD", ICLR 2019 (the augmented field).
+//! - A. Griewank, A. Walther, *Evaluating Derivatives*, 2nd ed., SIAM 2008, ch. 3–4 (reverse
+//!   mode of a forward-mode tangent computation).
+
+use super::config::Layout;
+use super::field::{squash_all, Kept, Sbc};
+use crate::backend::{gemm_into, Operand};
+
+/// Scratch buffers of the backward pass.
+#[derive(Default)]
+pub struct BackScratch {
+    ubar: Vec<f64>,
+    hbar: Vec<f64>,
+    w1bar: Vec<f64>,
+    sbc: Sbc<f64>,
+    acc: Vec<f64>,
+}
+
+/// The backward pass of the evaluation kept in `kept`: with `bar = [fbar (n x d), trbar (n)]`,
+/// writes `ybar = [(df/dy)^T fbar + (dtr/dy)^T trbar, 0]` (length `n (d + 1)`) and adds the
+/// parameter cotangent into `thbar`.
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    layout: &Layout,
+    th: &[f64],
+    n: usize,
+    probes: Option<&[f64]>,
+    kept: &Kept<f64>,
+    bar: &[f64],
+    ybar: &mut [f64],
+    thbar: &mut [f64],
+    sc: &mut BackScratch,
+) {
+    let d = layout.data_size;
+    let k = probes.map_or(d, |_| 1);
+    let rows = (1 + k) * n;
+    let t = kept.t;
+    let nl = layout.layers.len();
+    let wmax = layout.max_width();
+    sc.ubar.resize(rows * wmax, 0.0);
+    sc.hbar.resize(rows * wmax, 0.0);
+    sc.w1bar.resize(wmax * wmax, 0.0);
+    // Ubar of the last layer (width d)
+    let (fbar, trbar) = bar.split_at(n * d);
+    sc.ubar[..n * d].copy_from_slice(fbar);
+    let tangent = &mut sc.ubar[n * d..rows * d];
+    tangent.fill(0.0);
+    match probes {
+        None => {
+            for q in 0..d {
+                for i in 0..n {
+                    tangent[(q * n + i) * d + q] = trbar[i];
+                }
+            }
+        }
+        Some(eps) => {
+            for i in 0..n {
+                for j in 0..d {
+                    tangent[i * d + j] = eps[i * d + j] * trbar[i];
+                }
+            }
+        }
+    }
+    for li in (0..nl).rev() {
+        let l = &layout.layers[li];
+        let (inp, wo) = (l.inp, l.out);
+        let (h, p) = (&kept.h[li], &kept.p[li]);
+        let ubar = &mut sc.ubar[..rows * wo];
+        squash_all(th, l, t, &mut sc.sbc);
+        let (sv, bv, _) = sc.sbc.split3(wo);
+        // sbar_j, cbar_j, b1bar_j (column sums), then Pbar = Ubar * s in place
+        let acc = &mut sc.acc;
+        acc.clear();
+        acc.resize(3 * wo, 0.0);
+        let (sbar, rest) = acc.split_at_mut(wo);
+        let (cbar, b1bar) = rest.split_at_mut(wo);
+        let (up, ut) = ubar.split_at_mut(n * wo);
+        for (ur, pr) in up.chunks_exact_mut(wo).zip(p.chunks_exact(wo)) {
+            for j in 0..wo {
+                let ub = ur[j];
+                sbar[j] += ub * (pr[j] + bv[j]);
+                cbar[j] += ub;
+                let pb = ub * sv[j];
+                ur[j] = pb;
+                b1bar[j] += pb;
+            }
+        }
+        for (ur, pr) in ut
+            .chunks_exact_mut(wo)
+            .zip(p[n * wo..rows * wo].chunks_exact(wo))
+        {
+            for j in 0..wo {
+                sbar[j] += ur[j] * pr[j];
+                ur[j] *= sv[j];
+            }
+        }
+        for j in 0..wo {
+            let zbar = sbar[j] * sv[j] * (1.0 - sv[j]);
+            thbar[l.b1 + j] += b1bar[j];
+            thbar[l.w2 + j] += t * zbar;
+            thbar[l.b2 + j] += zbar;
+            thbar[l.w3 + j] += t * cbar[j];
+        }
+        let pbar = &sc.ubar[..rows * wo];
+        // W1bar = Pbar^T H (out x in)
+        let w1bar = &mut sc.w1bar[..wo * inp];
+        gemm_into(
+            wo,
+            inp,
+            rows,
+            w1bar,
+            0,
+            inp,
+            Operand {
+                data: pbar,
+                offset: 0,
+                rs: 1,
+                cs: wo,
+            },
+            Operand {
+                data: h,
+                offset: 0,
+                rs: inp,
+                cs: 1,
+            },
+        );
+        for (acc, v) in thbar[l.w1..l.w1 + wo * inp].iter_mut().zip(w1bar.iter()) {
+            *acc += v;
+        }
+        // Hbar = Pbar W1 (primal rows only at the first layer: the tangents there are constants)
+        let hrows = if li == 0 { n } else { rows };
+        gemm_into(
+            hrows,
+            inp,
+            wo,
+            &mut sc.hbar,
+            0,
+            inp,
+            Operand {
+                data: pbar,
+                offset: 0,
+                rs: wo,
+                cs: 1,
+            },
+            Operand {
+                data: th,
+                offset: l.w1,
+                rs: inp,
+                cs: 1,
+            },
+        );
+        if li == 0 {
+            ybar[..n * d].copy_from_slice(&sc.hbar[..n * d]);
+            ybar[n * d..n * (d + 1)].fill(0.0);
+            break;
+        }
+        // Through the nonlinearity of layer li - 1: H = [h'; g du_q], du_q = P_q s
+        let lb = &layout.layers[li - 1];
+        let pb = &kept.p[li - 1];
+        squash_all(th, lb, t, &mut sc.sbc);
+        let sv = sc.sbc.split3(inp).0;
+        let ubar = &mut sc.ubar[..rows * inp];
+        let hbar = &sc.hbar[..rows * inp];
+        let gbar = &mut sc.acc;
+        gbar.clear();
+        gbar.resize(n * inp, 0.0);
+        // tangent rows: dubar_q = g dh'bar_q; gbar += du_q dh'bar_q
+        for r in n..rows {
+            let i = r % n;
+            let (hr, gr) = (
+                &h[i * inp..(i + 1) * inp],
+                &mut gbar[i * inp..(i + 1) * inp],
+            );
+            let (ur, hbr, pr) = (
+                &mut ubar[r * inp..(r + 1) * inp],
+                &hbar[r * inp..(r + 1) * inp],
+                &pb[r * inp..(r + 1) * inp],
+            );
+            for j in 0..inp {
+                gr[j] += pr[j] * sv[j] * hbr[j];
+                ur[j] = (1.0 - hr[j] * hr[j]) * hbr[j];
+            }
+        }
+        // primal rows: ubar = g (h'bar - 2 h' gbar)
+        for i in 0..n {
+            let (hr, gr) = (&h[i * inp..(i + 1) * inp], &gbar[i * inp..(i + 1) * inp]);
+            let (ur, hbr) = (
+                &mut ubar[i * inp..(i + 1) * inp],
+                &hbar[i * inp..(i + 1) * inp],
+            );
+            for j in 0..inp {
+                ur[j] = (1.0 - hr[j] * hr[j]) * (hbr[j] - 2.0 * hr[j] * gr[j]);
+            }
+        }
+    }
+}

@@ -1,0 +1,443 @@
+//! # Densities, samples and the training loss of the flow
+//!
+//! - [`log_likelihood`]: `y(t1) = x`, `delta(t1) = 0`; each block, last to first, is solved from
+//!   `t1` down to `t0` with the constant step `-dt0` (a backward solve) carrying `(y, delta)`;
+//!   then `log p(x) = delta + log N(y; 0, I)` with `log N(y) = -(d log(2 pi) + |y|^2)/2`.
+//! - [`sample`]: `z ~ N(0, I)` pushed forward through the blocks in order from `t0` to `t1`;
+//!   the same augmented solve gives `log p(x) = log N(z) - delta(t1)`.
+//! - [`loss_and_grad`]: `L = -(1/n) sum_i log p(x_i)` and `dL/dtheta` for every block, by
+//!   discretise-then-optimise through [`crate::ode::grad`] (full tape or checkpointed), chaining
+//!   the blocks' vector-Jacobian products: the cotangent of the final state is
+//!   `dL/dy = y/n`, `dL/ddelta = -1/n`, and each block's `dL/dz(start)` is the next block's
+//!   cotangent.
+//!
+//! Guarantees: a batch whose length is not a multiple of `data_size` is a
+//! [`crate::Error::ShapeMismatch`]; non-finite data or probes are
+//! [`crate::Error::InvalidHyper`]; an empty batch gives an empty result (loss 0, zero
+//! gradients); a non-finite log-density (overflow of a huge input) is
+//! [`crate::Error::Overflow`] naming the sample, never a NaN passed on.
+//!
+//! # References
+//! - R. T. Q. Chen, Y. Rubanova, J. Bettencourt, D. Duvenaud, "Neural ordinary differential
+//!   equations", NeurIPS 2018 (instantaneous change of variables).
+//! - diffrax #574 (the training loop whose memory grew; see [`super::train`]).
+
+use super::config::{CnfConfig, TraceEstimator};
+use super::field::{BlockField, Tangents};
+use super::params::CnfParams;
+use super::taped::TrainBlock;
+use crate::backend::Real;
+use crate::ode::grad::{gradient_of, DiffField, GradMode};
+use crate::ode::{solve, Controller, SolveOptions};
+use crate::{Error, Result};
+
+/// `log N(y; 0, I)` of one `d`-vector.
+pub fn log_normal<A: Real>(y: &[A]) -> A {
+    let d = A::of_f64(y.len() as f64);
+    let sq: A = y.iter().map(|&v| v * v).sum();
+    -(d * A::of_f64((2.0 * std::f64::consts::PI).ln()) + sq) * A::of_f64(0.5)
+}
+
+/// Check a batch `x` (`n x d` flat) and optional probes; returns `n`.
+pub fn check_batch<A: Real>(cfg: &CnfConfig, x: &[A], probes: Option<&[A]>) -> Result<usize> {
+    let d = cfg.data_size;
+    if !x.len().is_multiple_of(d) {
+        return Err(Error::ShapeMismatch {
+            leaf: "x".into(),
+            expected: vec![x.len() / d, d],
+            got: vec![x.len()],
+        });
+    }
+    let finite = |name: &'static str, v: &[A]| match v.iter().position(|a| !a.as_f64().is_finite())
+    {
+        Some(i) => Err(Error::InvalidHyper {
+            name,
+            value: format!("{:?} at index {i}", v[i]),
+            expected: "every element must be finite".into(),
+        }),
+        None => Ok(()),
+    };
+    finite("x", x)?;
+    match (cfg.trace, probes) {
+        (TraceEstimator::Exact, None) => {}
+        (TraceEstimator::Hutchinson(_), Some(p)) => {
+            if p.len() != x.len() {
+                return Err(Error::ShapeMismatch {
+                    leaf: "probes".into(),
+                    expected: vec![x.len() / d, d],
+                    got: vec![p.len()],
+                });
+            }
+            finite("probes", p)?;
+        }
+        (TraceEstimator::Exact, Some(_)) => {
+            return Err(Error::InvalidHyper {
+                name: "probes",
+                value: "given".into(),
+                expected: "no probes with the exact trace".into(),
+            })
+        }
+        (TraceEstimator::Hutchinson(_), None) => {
+            return Err(Error::InvalidHyper {
+                name: "probes",
+                value: "missing".into(),
+                expected: "one probe per sample with the Hutchinson trace".into(),
+            })
+        }
+    }
+    Ok(x.len() / d)
+}
+
+fn tangents<A>(probes: Option<&[A]>) -> Tangents<'_, A> {
+    match probes {
+        Some(p) => Tangents::Probes(p),
+        None => Tangents::Exact,
+    }
+}
+
+fn opts() -> SolveOptions {
+    SolveOptions {
+        max_steps: super::config::MAX_STEPS_PER_BLOCK,
+        save_steps: false,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+/// Solve one block's augmented state `z` over `[from, to]` with the constant step `dt`.
+pub fn block_solve<A: Real>(
+    params: &CnfParams<A>,
+    b: usize,
+    n: usize,
+    probes: Option<&[A]>,
+    from: f64,
+    to: f64,
+    dt: f64,
+    z: &[A],
+) -> Result<Vec<A>> {
+    let field = BlockField::new(&params.layout, &params.blocks[b], n, tangents(probes));
+    let tab = params.cfg.solver.tableau();
+    let sol = solve(
+        &field,
+        &tab,
+        &Controller::constant(dt)?,
+        A::of_f64(from),
+        A::of_f64(to),
+        z,
+        &opts(),
+    )?;
+    Ok(sol.y_final)
+}
+
+fn finite_or_overflow<A: Real>(what: &str, v: &[A]) -> Result<()> {
+    finite_or_overflow_from(what, 0, v)
+}
+
+/// As [`finite_or_overflow`] for `v` starting at index `first` of a larger vector.
+fn finite_or_overflow_from<A: Real>(what: &str, first: usize, v: &[A]) -> Result<()> {
+    match v.iter().position(|a| !a.as_f64().is_finite()) {
+        Some(i) => Err(Error::Overflow(format!(
+            "{what} at index {} is not finite ({:?})",
+            first + i,
+            v[i]
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `log p(x_i)` for every sample of `x` (`n x d` flat); see the module docs.
+///
+/// ```
+/// use harness_reference::cnf::{flow::log_likelihood, CnfConfig, CnfParams};
+/// let cfg = CnfConfig { width: 8, depth: 1, blocks: 1, ..CnfConfig::default() };
+/// let params = CnfParams::<f64>::init(cfg, 0)?;
+/// let lp = log_likelihood(&params, &[0.1, -0.2, 1.0, 0.5], None)?;
+/// assert_eq!(lp.len(), 2);
+/// assert!(lp.iter().all(|v| v.is_finite()));
+/// # Ok::<(), harness_reference::Error>(())
+/// ```
+pub fn log_likelihood<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
+) -> Result<Vec<A>> {
+    let n = check_batch(&params.cfg, x, probes)?;
+    if n <= GRAD_CHUNK {
+        return log_likelihood_chunk(params, 0, x, probes);
+    }
+    let parts = by_chunks(params.cfg.data_size, x, probes, |i0, x, p| {
+        log_likelihood_chunk(params, i0, x, p)
+    })?;
+    Ok(parts.concat())
+}
+
+/// Run `f` on the batch cut into [`GRAD_CHUNK`]-sample chunks (on rayon's threads; every
+/// sample's flow is independent of the others', and the cut does not depend on the thread
+/// count), returning the chunks' results in order, or the first chunk's error. `f` gets the
+/// index of the chunk's first sample (for error messages naming a sample of the whole batch).
+fn by_chunks<A: Real, R: Send>(
+    d: usize,
+    x: &[A],
+    probes: Option<&[A]>,
+    f: impl Fn(usize, &[A], Option<&[A]>) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    use rayon::prelude::*;
+    let n = x.len() / d;
+    let starts: Vec<usize> = (0..n).step_by(GRAD_CHUNK).collect();
+    let parts: Vec<Result<R>> = starts
+        .par_iter()
+        .map(|&i0| {
+            let i1 = (i0 + GRAD_CHUNK).min(n);
+            f(i0, &x[i0 * d..i1 * d], probes.map(|p| &p[i0 * d..i1 * d]))
+        })
+        .collect();
+    parts.into_iter().collect()
+}
+
+fn log_likelihood_chunk<A: Real>(
+    params: &CnfParams<A>,
+    first: usize,
+    x: &[A],
+    probes: Option<&[A]>,
+) -> Result<Vec<A>> {
+    let cfg = &params.cfg;
+    let n = x.len() / cfg.data_size;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let d = cfg.data_size;
+    let mut z = x.to_vec();
+    z.resize(n * (d + 1), A::zero());
+    // blocks last to first, each integrated from t1 down to t0; delta carried across blocks
+    for b in (0..cfg.blocks).rev() {
+        z = block_solve(params, b, n, probes, cfg.t1, cfg.t0, -cfg.dt0, &z)?;
+    }
+    let lp: Vec<A> = (0..n)
+        .map(|i| z[n * d + i] + log_normal(&z[i * d..(i + 1) * d]))
+        .collect();
+    finite_or_overflow_from("log-density", first, &lp)?;
+    Ok(lp)
+}
+
+/// Push base samples `z` (`n x d`) forward: returns `(x, log p(x))`.
+pub fn sample<A: Real>(
+    params: &CnfParams<A>,
+    z: &[A],
+    probes: Option<&[A]>,
+) -> Result<(Vec<A>, Vec<A>)> {
+    let n = check_batch(&params.cfg, z, probes)?;
+    if n <= GRAD_CHUNK {
+        return sample_chunk(params, 0, z, probes);
+    }
+    let parts = by_chunks(params.cfg.data_size, z, probes, |i0, z, p| {
+        sample_chunk(params, i0, z, p)
+    })?;
+    let (xs, lps): (Vec<Vec<A>>, Vec<Vec<A>>) = parts.into_iter().unzip();
+    Ok((xs.concat(), lps.concat()))
+}
+
+fn sample_chunk<A: Real>(
+    params: &CnfParams<A>,
+    first: usize,
+    z: &[A],
+    probes: Option<&[A]>,
+) -> Result<(Vec<A>, Vec<A>)> {
+    let cfg = &params.cfg;
+    let n = z.len() / cfg.data_size;
+    if n == 0 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let d = cfg.data_size;
+    let mut s = z.to_vec();
+    s.resize(n * (d + 1), A::zero());
+    for b in 0..cfg.blocks {
+        s = block_solve(params, b, n, probes, cfg.t0, cfg.t1, cfg.dt0, &s)?;
+    }
+    finite_or_overflow_from("sample", first * d, &s[..n * d])?;
+    let lp: Vec<A> = (0..n)
+        .map(|i| log_normal(&z[i * d..(i + 1) * d]) - s[n * d + i])
+        .collect();
+    finite_or_overflow_from("log-density", first, &lp)?;
+    s.truncate(n * d);
+    Ok((s, lp))
+}
+
+/// The mean negative log-likelihood and its gradient per block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LossGrad {
+    pub loss: f64,
+    /// `dL/dtheta`, one vector per block.
+    pub grads: Vec<Vec<f64>>,
+    /// Checkpoints used by the last block's reverse sweep.
+    pub checkpoints: usize,
+}
+
+/// `L = -(1/n) sum log p(x_i)` and `dL/dtheta` (f64); see the module docs.
+pub fn loss_and_grad(
+    params: &CnfParams<f64>,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    mode: GradMode,
+) -> Result<LossGrad> {
+    loss_and_grad_with(params, x, probes, mode, |block| block)
+}
+
+/// [`loss_and_grad`] with each step differentiated on dfdx's tape ([`super::taped`]) instead of
+/// by the hand-written VJP ([`super::adjoint`]): the reference the hand-written one is checked
+/// against.
+pub fn loss_and_grad_on_tape(
+    params: &CnfParams<f64>,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    mode: GradMode,
+) -> Result<LossGrad> {
+    loss_and_grad_with(params, x, probes, mode, |mut block| {
+        block.on_tape = true;
+        block
+    })
+}
+
+/// [`loss_and_grad`] with every block's field passed through `field` before it is
+/// differentiated: the identity gives [`loss_and_grad`]; a wrapper can change how a block's
+/// field or its vector–Jacobian product is computed (another implementation of the same field
+/// under test). Called once per block and chunk, from rayon's threads.
+pub fn loss_and_grad_with<W, F>(
+    params: &CnfParams<f64>,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    mode: GradMode,
+    field: W,
+) -> Result<LossGrad>
+where
+    W: Fn(TrainBlock) -> F + Sync,
+    F: DiffField,
+{
+    let cfg = &params.cfg;
+    let n = check_batch(cfg, x, probes)?;
+    let d = cfg.data_size;
+    let mut grads = vec![vec![0.0; params.layout.len]; cfg.blocks];
+    let mut loss = 0.0;
+    let mut checkpoints = 0;
+    let parts = by_chunks(d, x, probes, |i0, x, p| {
+        chunk_loss_and_grad(params, i0, x, p, n, mode, &field)
+    })?;
+    for part in parts {
+        loss += part.loss;
+        checkpoints = part.checkpoints;
+        for (acc, g) in grads.iter_mut().zip(&part.grads) {
+            for (a, v) in acc.iter_mut().zip(g) {
+                *a += v;
+            }
+        }
+    }
+    finite_or_overflow("loss", &[loss])?;
+    for (b, g) in grads.iter().enumerate() {
+        finite_or_overflow(&format!("gradient of block {b}"), g)?;
+    }
+    Ok(LossGrad {
+        loss,
+        grads,
+        checkpoints,
+    })
+}
+
+/// Samples per chunk of [`loss_and_grad`], [`log_likelihood`] and [`sample`]: the batch is cut into chunks of this many samples
+/// (the last one shorter), whose losses and gradients are computed independently — on rayon's
+/// threads — and summed in chunk order. The cut depends on the batch size only, never on the
+/// number of threads, so results are bit-identical whatever the thread count. 128 samples keep
+/// one chunk's products (`(1 + d) 128` rows) on one core and give two cores an even share of
+/// the default batch of 500.
+pub const GRAD_CHUNK: usize = 128;
+
+/// One chunk's share of [`loss_and_grad`]: `-(1/n_total) sum_{i in chunk} log p(x_i)` and its
+/// gradient (each sample's flow is independent of the others').
+fn chunk_loss_and_grad<F: DiffField>(
+    params: &CnfParams<f64>,
+    first: usize,
+    x: &[f64],
+    probes: Option<&[f64]>,
+    n_total: usize,
+    mode: GradMode,
+    wrap: &(impl Fn(TrainBlock) -> F + Sync),
+) -> Result<LossGrad> {
+    let cfg = &params.cfg;
+    let d = cfg.data_size;
+    let n = x.len() / d;
+    let mut grads = vec![vec![0.0; params.layout.len]; cfg.blocks];
+    if n == 0 {
+        return Ok(LossGrad {
+            loss: 0.0,
+            grads,
+            checkpoints: 0,
+        });
+    }
+    // Forward through blocks B-1 .. 1, keeping each block's input; block 0 ends the solve.
+    let mut inputs: Vec<Vec<f64>> = Vec::with_capacity(cfg.blocks);
+    let mut z = x.to_vec();
+    z.resize(n * (d + 1), 0.0);
+    for b in (1..cfg.blocks).rev() {
+        let next = block_solve(params, b, n, probes, cfg.t1, cfg.t0, -cfg.dt0, &z)?;
+        inputs.push(std::mem::replace(&mut z, next));
+    }
+    inputs.push(z);
+    inputs.reverse(); // inputs[b] = the state entering block b
+    let tab = cfg.solver.tableau();
+    let ctrl = Controller::constant(-cfg.dt0)?;
+    let mut loss = 0.0;
+    let mut cot: Option<Vec<f64>> = None;
+    let mut checkpoints = 0;
+    for b in 0..cfg.blocks {
+        let field = wrap(TrainBlock::new(
+            params.layout.clone(),
+            n,
+            probes.map(|p| p.to_vec()),
+            params.blocks[b].clone(),
+        ));
+        let g = match cot.take() {
+            None => gradient_of(
+                &field,
+                &tab,
+                &ctrl,
+                cfg.t1,
+                cfg.t0,
+                &inputs[b],
+                |zf| {
+                    // L = -(1/n) sum_i [delta_i + log N(y_i)]
+                    let inv = 1.0 / n_total as f64;
+                    let lp: Vec<f64> = (0..n)
+                        .map(|i| zf[n * d + i] + log_normal(&zf[i * d..(i + 1) * d]))
+                        .collect();
+                    finite_or_overflow_from("log-density", first, &lp)?;
+                    // the mean of the terms, each scaled first: a sum of n log-densities near
+                    // -f64::MAX would overflow where their mean does not
+                    loss = -lp.iter().map(|&v| v * inv).sum::<f64>();
+                    let mut w = vec![-inv; n * (d + 1)];
+                    for (wi, &yi) in w[..n * d].iter_mut().zip(&zf[..n * d]) {
+                        *wi = yi * inv;
+                    }
+                    Ok(w)
+                },
+                mode,
+                &opts(),
+            )?,
+            Some(w) => gradient_of(
+                &field,
+                &tab,
+                &ctrl,
+                cfg.t1,
+                cfg.t0,
+                &inputs[b],
+                move |_| Ok(w),
+                mode,
+                &opts(),
+            )?,
+        };
+        checkpoints = g.checkpoints;
+        grads[b] = g.d_theta;
+        cot = Some(g.d_y0);
+    }
+    Ok(LossGrad {
+        loss,
+        grads,
+        checkpoints,
+    })
+}

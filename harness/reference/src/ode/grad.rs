@@ -1,0 +1,864 @@
+//! # Gradients through a solve: discretise-then-optimise, full tape or checkpointed
+//!
+//! For `L = <w, y(t1)>` with `w = dL/dy(t1)` given, [`gradient`] returns `dL/dy0` and
+//! `dL/dtheta` for a field with parameters `theta` ([`DiffField`]). The forward [`solve`](super::solve()) (any
+//! tableau, any controller) fixes the accepted step times `t_0 < ... < t_n` (step-size decisions
+//! are not differentiated, as in diffrax); the states `y_k` along those times are recomputed by
+//! one plain-f64 Runge–Kutta step function ([`forward_on_times`]), and a reverse sweep applies
+//! each step's vector-Jacobian product, computed by dfdx's tape on a one-step graph: trace `y_k`
+//! and `theta`, build the stages `k_i = f(t_k + c_i dt, y_k + dt sum_j a_ij k_j)` and
+//! `y_{k+1} = y_k + dt sum_i b_i k_i` (FSAL tableaus: the last stage's input, as diffrax), and
+//! back-propagate `sum(lambda_{k+1} * y_{k+1})` to get `lambda_k = dL/dy_k` and the step's
+//! `dL/dtheta` contribution, accumulated in reverse step order.
+//!
+//! Two forms share that per-step VJP and the accumulation order, so they are bit-identical by
+//! construction (the states are recomputed by the same deterministic step function):
+//! - [`GradMode::FullTape`] stores every state `y_0..y_{n-1}`: `n` states, `n` forward steps.
+//! - [`GradMode::Checkpointed`] runs the offline binomial (revolve) schedule of
+//!   [`checkpoint`] with a budget of `c` checkpoints: the forward solve has fixed `n`, so the
+//!   optimal schedule is known before the sweep. With the repetition number `t` (the least `t`
+//!   with `n <= beta(c, t) = C(c+t, c)`), it takes `F(n, c) = t n - beta(c+1, t-1)` forward
+//!   steps, the fewest any schedule with `c` stored states can (Griewank–Walther), plus one to
+//!   recompute `y_n`: [`Gradient::forward_steps`]` = 1 + F(n, c)`. Peak: the `c` checkpoints (a
+//!   stack allocated once, `c x dim` f64), the working state, `y_final`, `lambda` and the
+//!   one-step graph — no segment buffer, nothing growing with `n` but the step times. The
+//!   default budget is diffrax's `RecursiveCheckpointAdjoint` default,
+//!   `floor(-1.5 + sqrt(2*max_steps + 0.25)) + 1` ([`default_checkpoints`]; 90 for
+//!   `max_steps = 4096`), chosen so that `beta(c, 2) = (c+1)(c+2)/2 >= max_steps`: every
+//!   solve that fits in `max_steps` is reversed with each step recomputed at most twice
+//!   (`t <= 2`), so `forward_steps <= 2n`. diffrax schedules online (it does not know `n` in
+//!   advance); the bound on stored states is the same.
+//!
+//! A field with a hand-written vector–Jacobian product ([`DiffField::manual_vjp`], e.g. the
+//! CNF's [`crate::cnf::adjoint`]) is differentiated without dfdx: each step's stages are
+//! evaluated keeping what the field's VJP needs, and the step's reverse mode is written out
+//! (`kbar_i = dt b_i lambda`, then from the last stage down `zbar_i = J_i^T kbar_i`, `lambda +=
+//! zbar_i`, `kbar_j += dt a_ij zbar_i`); both forms and every schedule use it alike, so the
+//! bitwise equality of full tape and checkpointing is unchanged.
+//!
+//! Both forms also hold the accepted step times (`n + 1` f64, in a growing vector of capacity
+//! at most `2(n + 1)`), which the forward solve reports one by one.
+//!
+//! Guarantees: `w`, `y0` and `theta` of the wrong length are [`crate::Error::ShapeMismatch`];
+//! non-finite `w`, `y0`, `theta` or times are [`crate::Error::InvalidHyper`]; solve errors
+//! (max_steps, bad controller) propagate. `y_final` returned is the recomputed state, equal bit
+//! for bit to [`solve`](super::solve())'s for forward (`t1 > t0`) solves.
+//!
+//! # References
+//! - P. Kidger, diffrax 0.7.2 `RecursiveCheckpointAdjoint` (`_adjoint.py`) and equinox's
+//!   `checkpointed_while_loop` (default checkpoint count).
+//! - A. Griewank, "Achieving logarithmic growth of temporal and spatial complexity in reverse
+//!   automatic differentiation", *Optimization Methods and Software* 1(1), 1992.
+//! - A. Griewank, A. Walther, "Algorithm 799: revolve: an implementation of checkpointing for
+//!   the reverse or adjoint mode of computational differentiation", *ACM TOMS* 26(1), 2000.
+//!
+//! ```
+//! use harness_reference::ode::fixtures::LotkaVolterra;
+//! use harness_reference::ode::grad::{gradient, GradMode};
+//! use harness_reference::ode::{Controller, SolveOptions, Solver};
+//! let lv = LotkaVolterra::new(1.5, 1.0, 3.0, 1.0)?;
+//! let run = |mode| {
+//!     gradient(&lv, &Solver::Tsit5.tableau(), &Controller::pid(1e-6, 1e-8)?, 0.0, 1.0,
+//!              &[1.0, 1.0], &[1.0, 0.0], mode, &SolveOptions::default())
+//! };
+//! let full = run(GradMode::FullTape)?;
+//! let ckpt = run(GradMode::Checkpointed { checkpoints: Some(3) })?;
+//! assert_eq!(full.d_y0, ckpt.d_y0); // bit for bit
+//! assert_eq!(full.d_theta, ckpt.d_theta);
+//! assert_eq!(full.d_theta.len(), 4); // alpha, beta, gamma, delta
+//! # Ok::<(), harness_reference::Error>(())
+//! ```
+
+use super::checkpoint;
+use super::fixtures::{Linear, LotkaVolterra};
+use super::problem::VectorField;
+use super::solve::{solve_observed, SolveOptions};
+use super::tableau::Tableau;
+use super::Controller;
+use crate::backend::{
+    device, taped_gather, taped_leaf, taped_matvec, taped_mul_const, taped_reuse, taped_split,
+    taped_vjp, Tape64, Taped,
+};
+use crate::{Error, Result};
+
+/// A vector field `f(t, y; theta)` differentiable in `y` and `theta` through dfdx's tape.
+pub trait DiffField {
+    /// State length.
+    fn dim(&self) -> usize;
+    /// The parameters the gradient is taken with respect to (flat).
+    fn theta(&self) -> Vec<f64>;
+    /// Write `f(t, y; theta)` into `dy` (plain f64).
+    fn eval(&self, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]);
+    /// `f(t, y; theta)` as a taped dfdx computation (same maths as [`DiffField::eval`]).
+    fn eval_taped(&self, t: f64, y: Taped, theta: Taped) -> Taped;
+    /// A hand-written VJP of one evaluation, if the field has one: the reverse sweep then
+    /// differentiates each step by [`ManualVjp`] instead of building a dfdx graph.
+    fn manual_vjp(&self) -> Option<&dyn ManualVjp> {
+        None
+    }
+}
+
+/// A field's vector–Jacobian product written by hand, evaluated where the forward pass was:
+/// the step's stages are evaluated with [`ManualVjp::eval_kept`] (slot `i` for stage `i`) and
+/// then differentiated in reverse stage order with [`ManualVjp::vjp_kept`] on the same slot.
+pub trait ManualVjp {
+    /// `f(t, y; theta)` into `dy`, keeping in `slot` what [`ManualVjp::vjp_kept`] needs.
+    fn eval_kept(&self, slot: usize, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]);
+    /// At the evaluation kept in `slot`: `ybar = (df/dy)^T fbar` (overwritten) and
+    /// `thetabar += (df/dtheta)^T fbar`.
+    fn vjp_kept(
+        &self,
+        slot: usize,
+        theta: &[f64],
+        fbar: &[f64],
+        ybar: &mut [f64],
+        thetabar: &mut [f64],
+    );
+}
+
+/// `theta` = `A` row-major; `f = A y` (a dfdx matmul).
+impl DiffField for Linear {
+    fn dim(&self) -> usize {
+        self.n()
+    }
+    fn theta(&self) -> Vec<f64> {
+        self.matrix().to_vec()
+    }
+    fn eval(&self, _t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]) {
+        let n = self.n();
+        for (i, out) in dy.iter_mut().enumerate().take(n) {
+            let mut acc = 0.0;
+            for (j, &yj) in y.iter().enumerate().take(n) {
+                acc += theta[i * n + j] * yj;
+            }
+            *out = acc;
+        }
+    }
+    fn eval_taped(&self, _t: f64, y: Taped, theta: Taped) -> Taped {
+        taped_matvec(theta, self.n(), self.n(), y)
+    }
+}
+
+/// `theta = [alpha, beta, gamma, delta]`; `f = [alpha x - beta x p, delta x p - gamma p]`.
+impl DiffField for LotkaVolterra {
+    fn dim(&self) -> usize {
+        2
+    }
+    fn theta(&self) -> Vec<f64> {
+        vec![self.alpha, self.beta, self.gamma, self.delta]
+    }
+    fn eval(&self, _t: f64, y: &[f64], th: &[f64], dy: &mut [f64]) {
+        let (x, p) = (y[0], y[1]);
+        dy[0] = th[0] * x - th[1] * x * p;
+        dy[1] = th[3] * x * p - th[2] * p;
+    }
+    fn eval_taped(&self, _t: f64, y: Taped, theta: Taped) -> Taped {
+        // xp = y * swap(y) = [x p, p x]; f = [alpha, -gamma] * y + [-beta, delta] * xp
+        let swapped = taped_gather(taped_reuse(&y), &[1, 0]);
+        let xp = taped_reuse(&y) * swapped;
+        let lin = taped_mul_const(taped_gather(taped_reuse(&theta), &[0, 2]), &[1.0, -1.0]);
+        let quad = taped_mul_const(taped_gather(theta, &[1, 3]), &[-1.0, 1.0]);
+        lin * y + quad * xp
+    }
+}
+
+/// `f = 0` on `R^d` (step placement of constant-step solves).
+struct ZeroField(usize);
+
+impl VectorField<f64> for ZeroField {
+    fn eval(&self, _t: f64, _y: &[f64], dy: &mut [f64]) {
+        dy.fill(0.0);
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.0)
+    }
+}
+
+/// A [`DiffField`] at fixed parameters, as a plain [`VectorField`] for the forward solve.
+struct AtTheta<'a, F: ?Sized> {
+    field: &'a F,
+    theta: &'a [f64],
+}
+
+impl<F: DiffField + ?Sized> VectorField<f64> for AtTheta<'_, F> {
+    fn eval(&self, t: f64, y: &[f64], dy: &mut [f64]) {
+        self.field.eval(t, y, self.theta, dy)
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.field.dim())
+    }
+}
+
+/// How the reverse sweep gets the states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GradMode {
+    /// Store every state: `n` states.
+    FullTape,
+    /// Store at most `checkpoints` states (default [`default_checkpoints`]`(max_steps)`; clamped
+    /// to `[1, n]`) and recompute the others by the binomial schedule of [`checkpoint`].
+    Checkpointed { checkpoints: Option<usize> },
+}
+
+/// diffrax's default checkpoint count, `floor(-1.5 + sqrt(2*max_steps + 0.25)) + 1`.
+pub fn default_checkpoints(max_steps: usize) -> usize {
+    ((-1.5 + (2.0 * max_steps as f64 + 0.25).sqrt()).floor() as i64 + 1).max(1) as usize
+}
+
+/// Gradients of `L = <w, y(t1)>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gradient {
+    /// `dL/dy0`.
+    pub d_y0: Vec<f64>,
+    /// `dL/dtheta`.
+    pub d_theta: Vec<f64>,
+    /// The state at `t1`, recomputed along the accepted times.
+    pub y_final: Vec<f64>,
+    /// Accepted step times `t_0 .. t_n`.
+    pub ts: Vec<f64>,
+    /// Checkpoints used (`n` for the full tape).
+    pub checkpoints: usize,
+    /// Plain Runge–Kutta steps evaluated by the gradient (the forward solve not counted): `n`
+    /// for the full tape, `1 + F(n, c)` ([`checkpoint::forward_cost`]) when checkpointed —
+    /// the schedule's forward steps plus the step from `y_{n-1}` to `y_final`.
+    pub forward_steps: usize,
+}
+
+/// The gradient of `<w, y(t1)>` with respect to `y0` and `field.theta()`; see the module docs.
+#[allow(clippy::too_many_arguments)]
+pub fn gradient<F: DiffField + ?Sized>(
+    field: &F,
+    tableau: &Tableau,
+    controller: &Controller,
+    t0: f64,
+    t1: f64,
+    y0: &[f64],
+    w: &[f64],
+    mode: GradMode,
+    opts: &SolveOptions,
+) -> Result<Gradient> {
+    gradient_impl(
+        field,
+        tableau,
+        controller,
+        t0,
+        t1,
+        y0,
+        Cotangent::Given(w),
+        mode,
+        opts,
+        &checkpoint::Binomial,
+    )
+}
+
+/// The gradient of a loss `L(y(t1))` whose cotangent `dL/dy(t1)` depends on the final state:
+/// `cotangent(y_final)` is called once, when the reverse sweep reaches the last step (saves the
+/// extra forward solve that computing `y(t1)` first would cost). Otherwise as [`gradient`]; a
+/// cotangent of the wrong length or non-finite is an error, as is an error it returns.
+#[allow(clippy::too_many_arguments)]
+pub fn gradient_of<F: DiffField + ?Sized>(
+    field: &F,
+    tableau: &Tableau,
+    controller: &Controller,
+    t0: f64,
+    t1: f64,
+    y0: &[f64],
+    cotangent: impl FnOnce(&[f64]) -> Result<Vec<f64>>,
+    mode: GradMode,
+    opts: &SolveOptions,
+) -> Result<Gradient> {
+    gradient_impl(
+        field,
+        tableau,
+        controller,
+        t0,
+        t1,
+        y0,
+        Cotangent::Of(Box::new(cotangent)),
+        mode,
+        opts,
+        &checkpoint::Binomial,
+    )
+}
+
+/// `dL/dy(t1)`: given, or computed from `y(t1)`.
+enum Cotangent<'a> {
+    Given(&'a [f64]),
+    Of(CotangentFn<'a>),
+}
+
+/// A cotangent computed from the final state.
+type CotangentFn<'a> = Box<dyn FnOnce(&[f64]) -> Result<Vec<f64>> + 'a>;
+
+/// [`gradient`] with the checkpointed form driven by `schedule` instead of the binomial one
+/// (`mode` = [`GradMode::Checkpointed`]; the full tape ignores it). Any schedule that reverses
+/// every step once, in order `n-1, ..., 0`, gives the same gradient bit for bit; its memory is
+/// what it stores.
+#[allow(clippy::too_many_arguments)]
+pub fn gradient_scheduled<F: DiffField + ?Sized>(
+    field: &F,
+    tableau: &Tableau,
+    controller: &Controller,
+    t0: f64,
+    t1: f64,
+    y0: &[f64],
+    w: &[f64],
+    mode: GradMode,
+    opts: &SolveOptions,
+    schedule: &dyn checkpoint::Schedule,
+) -> Result<Gradient> {
+    gradient_impl(
+        field,
+        tableau,
+        controller,
+        t0,
+        t1,
+        y0,
+        Cotangent::Given(w),
+        mode,
+        opts,
+        schedule,
+    )
+}
+
+fn check_input(name: &'static str, v: &[f64], want: usize) -> Result<()> {
+    if v.len() != want {
+        return Err(Error::ShapeMismatch {
+            leaf: name.into(),
+            expected: vec![want],
+            got: vec![v.len()],
+        });
+    }
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(Error::InvalidHyper {
+            name,
+            value: format!("{:?} at index {i}", v[i]),
+            expected: "every element must be finite".into(),
+        });
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gradient_impl<F: DiffField + ?Sized>(
+    field: &F,
+    tab: &Tableau,
+    controller: &Controller,
+    t0: f64,
+    t1: f64,
+    y0: &[f64],
+    w: Cotangent<'_>,
+    mode: GradMode,
+    opts: &SolveOptions,
+    schedule: &dyn checkpoint::Schedule,
+) -> Result<Gradient> {
+    let d = field.dim();
+    check_input("y0", y0, d)?;
+    if let Cotangent::Given(w) = &w {
+        check_input("w", w, d)?;
+    }
+    let theta = field.theta();
+    check_input("theta", &theta, theta.len())?;
+    // Forward solve: only the accepted times are kept.
+    let mut ts = vec![t0];
+    let fwd_opts = SolveOptions {
+        save_steps: false,
+        ..*opts
+    };
+    let at = AtTheta {
+        field,
+        theta: &theta,
+    };
+    let record = |ev: &crate::ode::StepEvent<f64>| {
+        if ev.accepted {
+            ts.push(ev.t_end);
+        }
+    };
+    match controller {
+        // A constant step's times do not depend on the state: place them with a zero field of
+        // the same dimension instead of paying for a forward pass that the sweep repeats.
+        Controller::Constant(_) => {
+            let zero = ZeroField(d);
+            solve_observed(&zero, tab, controller, t0, t1, y0, &fwd_opts, record)?;
+        }
+        Controller::Pid(_) => {
+            solve_observed(&at, tab, controller, t0, t1, y0, &fwd_opts, record)?;
+        }
+    }
+    let n = ts.len() - 1;
+    let checkpoints = match mode {
+        GradMode::FullTape => n,
+        GradMode::Checkpointed { checkpoints: c } => c
+            .unwrap_or_else(|| default_checkpoints(opts.max_steps))
+            .clamp(1, n.max(1)),
+    };
+    let mut sweep = ReverseSweep {
+        field,
+        tab,
+        ts: &ts,
+        theta: &theta,
+        stepper: Stepper::new(field, tab, &theta),
+        stack: Vec::with_capacity(checkpoints * d),
+        y: y0.to_vec(),
+        y_final: y0.to_vec(),
+        lambda: Vec::new(),
+        cotangent: Some(w),
+        error: None,
+        g_theta: vec![0.0; theta.len()],
+        forward_steps: 0,
+    };
+    match mode {
+        GradMode::FullTape => sweep.full_tape(),
+        GradMode::Checkpointed { .. } => schedule.run(n, checkpoints, &mut sweep),
+    }
+    sweep.resolve(); // n = 0: no reverse step asked for the cotangent
+    let ReverseSweep {
+        y_final,
+        lambda,
+        g_theta,
+        forward_steps,
+        error,
+        ..
+    } = sweep;
+    if let Some(e) = error {
+        return Err(e);
+    }
+    Ok(Gradient {
+        d_y0: lambda,
+        d_theta: g_theta,
+        y_final,
+        ts,
+        checkpoints,
+        forward_steps,
+    })
+}
+
+/// The reverse sweep's buffers, driven by a checkpoint schedule ([`checkpoint::Sweep`]): the
+/// working state `y`, the checkpoint stack (capacity fixed up front: `c` states), the adjoint
+/// `lambda = dL/dy_k` and the accumulated `dL/dtheta`.
+struct ReverseSweep<'a, 'c, F: ?Sized> {
+    field: &'a F,
+    tab: &'a Tableau,
+    ts: &'a [f64],
+    theta: &'a [f64],
+    stepper: Stepper<'a, F>,
+    stack: Vec<f64>,
+    y: Vec<f64>,
+    y_final: Vec<f64>,
+    lambda: Vec<f64>,
+    g_theta: Vec<f64>,
+    forward_steps: usize,
+    /// Taken when `y_final` is first known (just before the first VJP).
+    cotangent: Option<Cotangent<'c>>,
+    error: Option<Error>,
+}
+
+impl<F: DiffField + ?Sized> ReverseSweep<'_, '_, F> {
+    /// Turn the cotangent into `lambda` once `y_final` is known; later VJPs are skipped after
+    /// an error.
+    fn resolve(&mut self) {
+        if let Some(c) = self.cotangent.take() {
+            let w = match c {
+                Cotangent::Given(w) => Ok(w.to_vec()),
+                Cotangent::Of(f) => f(&self.y_final),
+            }
+            .and_then(|w| check_input("w", &w, self.y_final.len()).map(|()| w));
+            match w {
+                Ok(w) => self.lambda = w,
+                Err(e) => self.error = Some(e),
+            }
+        }
+    }
+
+    /// The full tape, written out on its own (the bitwise law's reference): store
+    /// `y_0 .. y_{n-1}` in one sweep, computing `y_n` at its end, then reverse every step.
+    fn full_tape(&mut self) {
+        let (n, d) = (self.ts.len() - 1, self.y.len());
+        for k in 0..n {
+            self.stack.extend_from_slice(&self.y);
+            self.stepper.step(self.ts[k], self.ts[k + 1], &mut self.y);
+            self.forward_steps += 1;
+        }
+        self.y_final.copy_from_slice(&self.y);
+        self.resolve();
+        if self.error.is_some() {
+            return;
+        }
+        for k in (0..n).rev() {
+            let yk = &self.stack[k * d..(k + 1) * d];
+            let at = StepAt {
+                tab: self.tab,
+                tprev: self.ts[k],
+                tnext: self.ts[k + 1],
+                y: yk,
+                theta: self.theta,
+            };
+            step_vjp_any(self.field, at, &mut self.lambda, &mut self.g_theta);
+        }
+    }
+}
+
+impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, '_, F> {
+    fn advance(&mut self, from: usize, to: usize) {
+        for k in from..to {
+            self.stepper.step(self.ts[k], self.ts[k + 1], &mut self.y);
+        }
+        self.forward_steps += to - from;
+    }
+    fn store(&mut self, _at: usize) {
+        self.stack.extend_from_slice(&self.y);
+    }
+    fn restore(&mut self, _at: usize) {
+        let top = self.stack.len() - self.y.len();
+        self.y.copy_from_slice(&self.stack[top..]);
+    }
+    fn discard(&mut self, _at: usize) {
+        self.stack.truncate(self.stack.len() - self.y.len());
+    }
+    fn state_mut(&mut self) -> &mut [f64] {
+        &mut self.y
+    }
+    fn reverse(&mut self, k: usize) {
+        if k + 2 == self.ts.len() {
+            // the last step: y_final = y_n, one more forward step from y_{n-1}
+            self.y_final.copy_from_slice(&self.y);
+            self.stepper
+                .step(self.ts[k], self.ts[k + 1], &mut self.y_final);
+            self.forward_steps += 1;
+        }
+        self.resolve();
+        if self.error.is_some() {
+            return;
+        }
+        let at = StepAt {
+            tab: self.tab,
+            tprev: self.ts[k],
+            tnext: self.ts[k + 1],
+            y: &self.y,
+            theta: self.theta,
+        };
+        step_vjp_any(self.field, at, &mut self.lambda, &mut self.g_theta);
+    }
+}
+
+/// One explicit RK step in plain f64, with the arithmetic of [`super::solve`]'s loop.
+struct Stepper<'a, F: ?Sized> {
+    field: &'a F,
+    theta: &'a [f64],
+    c: Vec<f64>,
+    a: Vec<Vec<f64>>,
+    b: Vec<f64>,
+    fsal: bool,
+    fs: Vec<f64>,
+    ytmp: Vec<f64>,
+}
+
+impl<'a, F: DiffField + ?Sized> Stepper<'a, F> {
+    fn new(field: &'a F, tab: &Tableau, theta: &'a [f64]) -> Self {
+        let st = tab.stages();
+        let d = field.dim();
+        Stepper {
+            field,
+            theta,
+            c: tab.c().to_vec(),
+            a: (0..st).map(|i| tab.a(i).to_vec()).collect(),
+            b: tab.b().to_vec(),
+            fsal: tab.fsal(),
+            fs: vec![0.0; st * d],
+            ytmp: vec![0.0; d],
+        }
+    }
+
+    /// `y <- step(tprev, tnext, y)`.
+    fn step(&mut self, tprev: f64, tnext: f64, y: &mut [f64]) {
+        let d = y.len();
+        let st = self.c.len();
+        let dt = tnext - tprev;
+        self.field.eval(tprev, y, self.theta, &mut self.fs[..d]);
+        for i in 1..st {
+            let (done, rest) = self.fs.split_at_mut(i * d);
+            for m in 0..d {
+                let mut acc = 0.0;
+                for (j, &aij) in self.a[i].iter().enumerate() {
+                    acc += aij * (dt * done[j * d + m]);
+                }
+                self.ytmp[m] = y[m] + acc;
+            }
+            let ti = if self.c[i] == 1.0 {
+                tnext
+            } else {
+                tprev + self.c[i] * dt
+            };
+            self.field.eval(ti, &self.ytmp, self.theta, &mut rest[..d]);
+        }
+        if self.fsal {
+            y.copy_from_slice(&self.ytmp);
+        } else {
+            for (m, ym) in y.iter_mut().enumerate() {
+                let mut acc = 0.0;
+                for (i, &bi) in self.b.iter().enumerate() {
+                    acc += bi * (dt * self.fs[i * d + m]);
+                }
+                *ym += acc;
+            }
+        }
+    }
+}
+
+/// `y(t_n)` along fixed times `ts` from `y0` with parameters `theta` (the map whose derivative
+/// [`gradient`] computes; the finite-difference law perturbs its inputs).
+pub fn forward_on_times<F: DiffField + ?Sized>(
+    field: &F,
+    tab: &Tableau,
+    ts: &[f64],
+    y0: &[f64],
+    theta: &[f64],
+) -> Vec<f64> {
+    let mut stepper = Stepper::new(field, tab, theta);
+    let mut y = y0.to_vec();
+    for k in 0..ts.len().saturating_sub(1) {
+        stepper.step(ts[k], ts[k + 1], &mut y);
+    }
+    y
+}
+
+/// One step of the reverse sweep: from `y = y_k` at `tprev` to `tnext`, with parameters
+/// `theta`.
+#[derive(Clone, Copy)]
+struct StepAt<'a> {
+    tab: &'a Tableau,
+    tprev: f64,
+    tnext: f64,
+    y: &'a [f64],
+    theta: &'a [f64],
+}
+
+/// One step's VJP, `lambda <- (dy_{k+1}/dy_k)^T lambda`, `g_theta += (dy_{k+1}/dtheta)^T
+/// lambda`: by the field's [`ManualVjp`] when it has one, else on the tape.
+fn step_vjp_any<F: DiffField + ?Sized>(
+    field: &F,
+    at: StepAt<'_>,
+    lambda: &mut Vec<f64>,
+    g_theta: &mut [f64],
+) {
+    match field.manual_vjp() {
+        Some(m) => step_vjp_manual(m, at, lambda, g_theta),
+        None => step_vjp(field, at, lambda, g_theta),
+    }
+}
+
+/// The time of stage `i` of a step from `tprev` to `tnext` (as [`Stepper::step`]).
+fn stage_time(tab: &Tableau, i: usize, tprev: f64, tnext: f64) -> f64 {
+    let c = tab.c()[i];
+    if i == 0 {
+        tprev
+    } else if c == 1.0 {
+        tnext
+    } else {
+        tprev + c * (tnext - tprev)
+    }
+}
+
+/// One step's VJP by the field's hand-written [`ManualVjp`] (the reverse mode of the
+/// Runge–Kutta step, written out). Forward, with `z_0 = y`:
+///
+/// ```text
+/// k_i = f(t_i, z_i),   z_i = y + sum_{j<i} a_ij (dt k_j),   y' = y + sum_i b_i (dt k_i)
+/// ```
+///
+/// (FSAL tableaus: `y'` is the last stage's input `z_{s-1}`, whose `f` is not needed).
+/// Reverse, with `ybar = lambda`: `kbar_i = dt b_i lambda` (or, FSAL, `kbar_j = dt a_{s-1,j}
+/// lambda`), then for `i` from the last evaluated stage down to 0: `zbar_i = J_i^T kbar_i`,
+/// `ybar += zbar_i`, `kbar_j += dt a_ij zbar_i` for `j < i`, `thetabar += (df/dtheta)_i^T
+/// kbar_i`. `lambda <- ybar`.
+fn step_vjp_manual(m: &dyn ManualVjp, at: StepAt<'_>, lambda: &mut Vec<f64>, g_theta: &mut [f64]) {
+    let StepAt {
+        tab,
+        tprev,
+        tnext,
+        y,
+        theta,
+    } = at;
+    let d = y.len();
+    let st = tab.stages();
+    let dt = tnext - tprev;
+    let mut ks = vec![0.0; st * d];
+    let mut z = y.to_vec();
+    // Stages evaluated: all but an FSAL tableau's last.
+    let evaluated = if tab.fsal() { st - 1 } else { st };
+    for i in 0..evaluated {
+        if i > 0 {
+            for (mi, zm) in z.iter_mut().enumerate() {
+                let mut acc = 0.0;
+                for (j, &aij) in tab.a(i).iter().enumerate() {
+                    acc += aij * (dt * ks[j * d + mi]);
+                }
+                *zm = y[mi] + acc;
+            }
+        }
+        let (_, rest) = ks.split_at_mut(i * d);
+        m.eval_kept(
+            i,
+            stage_time(tab, i, tprev, tnext),
+            &z,
+            theta,
+            &mut rest[..d],
+        );
+    }
+    // Cotangents of the stage derivatives from y' (y's own path: ybar = lambda).
+    let mut kbar = vec![0.0; st * d];
+    let weights = if tab.fsal() { tab.a(st - 1) } else { tab.b() };
+    for (j, &wj) in weights.iter().enumerate().take(evaluated) {
+        if wj != 0.0 {
+            for (kb, &l) in kbar[j * d..(j + 1) * d].iter_mut().zip(lambda.iter()) {
+                *kb += wj * dt * l;
+            }
+        }
+    }
+    let mut ybar = lambda.clone();
+    let mut zbar = vec![0.0; d];
+    for i in (0..evaluated).rev() {
+        let (before, this) = kbar.split_at_mut(i * d);
+        m.vjp_kept(i, theta, &this[..d], &mut zbar, g_theta);
+        for (yb, &zb) in ybar.iter_mut().zip(&zbar) {
+            *yb += zb;
+        }
+        for (j, &aij) in tab.a(i).iter().enumerate() {
+            if aij != 0.0 {
+                for (kb, &zb) in before[j * d..(j + 1) * d].iter_mut().zip(&zbar) {
+                    *kb += aij * dt * zb;
+                }
+            }
+        }
+    }
+    *lambda = ybar;
+}
+
+/// One step's VJP on a taped one-step graph.
+fn step_vjp<F: DiffField + ?Sized>(
+    field: &F,
+    at: StepAt<'_>,
+    lambda: &mut Vec<f64>,
+    g_theta: &mut [f64],
+) {
+    let StepAt {
+        tab,
+        tprev,
+        tnext,
+        y,
+        theta,
+    } = at;
+    let dev = device();
+    let dt = tnext - tprev;
+    let y_leaf = taped_leaf(&dev, y);
+    let th_leaf = taped_leaf(&dev, theta);
+    let st = tab.stages();
+    let mut parked: Vec<Tape64> = Vec::with_capacity(st);
+    let mut fs: Vec<Taped> = Vec::with_capacity(st);
+    let mut last_input = None;
+    for i in 0..st {
+        let mut yi = taped_reuse(&y_leaf);
+        for (j, &aij) in tab.a(i).iter().enumerate() {
+            if aij != 0.0 {
+                yi = yi + taped_reuse(&fs[j]) * (aij * dt);
+            }
+        }
+        let ti = if i == 0 {
+            tprev
+        } else if tab.c()[i] == 1.0 {
+            tnext
+        } else {
+            tprev + tab.c()[i] * dt
+        };
+        if i == st - 1 && tab.fsal() {
+            // y_{k+1} is the last stage's input; the last stage does not affect it.
+            last_input = Some(yi);
+            break;
+        }
+        let fi = field.eval_taped(ti, yi, taped_reuse(&th_leaf));
+        let (fi, tape) = taped_split(fi);
+        parked.push(tape);
+        fs.push(fi);
+    }
+    let y_next = match last_input {
+        Some(y1) => y1,
+        None => {
+            let mut acc = taped_reuse(&y_leaf);
+            for (i, &bi) in tab.b().iter().enumerate() {
+                if bi != 0.0 {
+                    acc = acc + taped_reuse(&fs[i]) * (bi * dt);
+                }
+            }
+            acc
+        }
+    };
+    let mut g = taped_vjp(y_next, lambda, parked, &[&y_leaf, &th_leaf]);
+    let gt = g.pop().unwrap_or_default();
+    *lambda = g.pop().unwrap_or_default();
+    for (acc, v) in g_theta.iter_mut().zip(gt) {
+        *acc += v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ode::Solver;
+
+    fn rotation_gradient(n: usize, mode: GradMode) -> Gradient {
+        let field = Linear::damped_rotation(0.1, 1.0).unwrap();
+        let ctl = Controller::constant(1.0 / n as f64).unwrap();
+        let opts = SolveOptions::default();
+        let tab = Solver::Tsit5.tableau();
+        gradient(
+            &field,
+            &tab,
+            &ctl,
+            0.0,
+            1.0,
+            &[1.0, 0.5],
+            &[0.3, -0.7],
+            mode,
+            &opts,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn checkpointed_forward_steps_are_one_plus_the_binomial_cost() {
+        for n in 1..=24 {
+            let full = rotation_gradient(n, GradMode::FullTape);
+            assert_eq!(full.ts.len() - 1, n);
+            assert_eq!(full.forward_steps, n, "full tape: one sweep");
+            for c in 1..=n + 1 {
+                let g = rotation_gradient(
+                    n,
+                    GradMode::Checkpointed {
+                        checkpoints: Some(c),
+                    },
+                );
+                // Closed form (Griewank–Walther): F(n, c) = t n - beta(c+1, t-1), plus the
+                // one step from y_{n-1} to y_final.
+                let want = 1 + checkpoint::forward_cost(n, c) as usize;
+                assert_eq!(g.forward_steps, want, "n={n} c={c}");
+                assert_eq!(g.checkpoints, c.min(n));
+                assert_eq!(
+                    (&g.d_y0, &g.d_theta, &g.y_final),
+                    (&full.d_y0, &full.d_theta, &full.y_final)
+                );
+            }
+        }
+        // By hand: n = 10, c = 3 has t = 2 (beta(3,1) = 4 < 10 <= beta(3,2) = 10), so
+        // F = 2*10 - beta(4,1) = 20 - 5 = 15, and 16 steps in all; c = 1 recomputes
+        // 9 + 8 + ... + 0 = 45 steps, 46 in all.
+        let g = |c| {
+            rotation_gradient(
+                10,
+                GradMode::Checkpointed {
+                    checkpoints: Some(c),
+                },
+            )
+        };
+        assert_eq!(g(3).forward_steps, 16);
+        assert_eq!(g(1).forward_steps, 46);
+    }
+}

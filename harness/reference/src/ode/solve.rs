@@ -1,0 +1,1024 @@
+//! The stepping loop: explicit Runge–Kutta integration of `dy/dt = f(t, y)` from `t0` to `t1`
+//! with any [`Tableau`] and [`Controller`], reproducing diffrax 0.7.2's `diffeqsolve` with
+//! `SaveAt(steps=True)`.
+//!
+//! One step from `(t_prev, y0)` to `t_next`, `dt = t_next - t_prev`, computes
+//! `k_i = dt * f(t_prev + c_i*dt, y0 + sum_j a_ij k_j)` (the FSAL last stage at exactly
+//! `t_next`), `y1 = y0 + sum_i b_i k_i` and `y_error = sum_i e_i k_i` with NaN replaced by
+//! `+inf`. The controller accepts or rejects and places the next step; then
+//! `t_prev = min(t_prev', t1)` and a proposed end beyond `t1` minus 100 ULPs becomes `t1` (after
+//! an accepted step) or the midpoint `t_prev + (t1 - t_prev)/2` (after a rejected one). The
+//! first step ends at `min(t0 + dt0, t1)`.
+//!
+//! A backward solve (`t1 < t0`) integrates `g(s, y) = -f(-s, y)` from `-t0` to `-t1` with step
+//! `-dt0` and reports negated times — bit-identical to diffrax, whose time-direction wrapper
+//! performs the same exact negations.
+//!
+//! Guarantees: bad input (empty or non-finite `y0`, non-finite `t0`/`t1`, a `dt0` that is zero,
+//! non-finite, or of the wrong sign, a PID controller with a method without error estimate, a
+//! field whose declared dimension differs from `y0`) is a typed error, never a panic; every
+//! solve stops after at most `max_steps` attempted steps ([`crate::Error::MaxStepsExceeded`]),
+//! whatever the field returns; `t0 == t1` returns `y0` after zero steps. The stepping itself is
+//! allocation-free: stage buffers are allocated once per solve (saving a step pushes its time
+//! and a copy of its state).
+//!
+//! # References
+//! - P. Kidger, diffrax 0.7.2 `_integrate.py` (`diffeqsolve`, `loop`, `_clip_to_end`) and
+//!   `_solver/runge_kutta.py`.
+//! - E. Hairer, S. P. Nørsett, G. Wanner, *Solving Ordinary Differential Equations I*, 2nd ed.,
+//!   §II.1–II.4.
+//! - Ch. Tsitouras (2011); J. R. Dormand, P. J. Prince (1980) — see `tableau.rs`.
+
+use super::controller::{
+    hairer_initial_step, ConstantRun, Controller, Decision, InitialStep, PidRun,
+};
+use super::numerics::{minus_100_ulps, nan_min};
+use super::problem::{Reversed, VectorField};
+use super::tableau::Tableau;
+use crate::backend::{Float, Real};
+use crate::error::ensure;
+use crate::{Error, Result};
+use num_traits::Float as NF;
+
+/// Options of a solve. Defaults: `max_steps = 4096` (diffrax's), `save_steps = true`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SolveOptions {
+    /// Maximum number of attempted (accepted + rejected) steps before the solve fails.
+    pub max_steps: usize,
+    /// Record the time and state at the end of every accepted step (`SaveAt(steps=True)`).
+    pub save_steps: bool,
+}
+
+impl Default for SolveOptions {
+    fn default() -> Self {
+        SolveOptions {
+            max_steps: 4096,
+            save_steps: true,
+        }
+    }
+}
+
+/// Step counts, as diffrax's `sol.stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    pub num_accepted_steps: usize,
+    pub num_rejected_steps: usize,
+    /// `num_accepted_steps + num_rejected_steps`.
+    pub num_steps: usize,
+}
+
+/// The result of a solve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Solution<A> {
+    /// End time of every accepted step, in order (empty unless `save_steps`).
+    pub ts: Vec<A>,
+    /// State at each of `ts` (empty unless `save_steps`).
+    pub ys: Vec<Vec<A>>,
+    /// State at `t1`.
+    pub y_final: Vec<A>,
+    pub stats: Stats,
+}
+
+/// One attempted step, as reported to a [`solve_observed`] observer (times in the caller's
+/// direction).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepEvent<A> {
+    /// Start and end of the attempted step.
+    pub t_start: A,
+    pub t_end: A,
+    pub accepted: bool,
+    /// The PID controller's scaled error (`None` for a constant step).
+    pub scaled_error: Option<A>,
+}
+
+/// Solve `dy/dt = f(t, y)`, `y(t0) = y0`, from `t0` to `t1` (either direction).
+///
+/// ```
+/// use harness_reference::ode::{fixtures::ExpDecay, solve, Controller, SolveOptions, Solver};
+/// let decay = ExpDecay::new(1.0)?;
+/// let sol = solve(
+///     &decay,
+///     &Solver::Tsit5.tableau(),
+///     &Controller::pid(1e-8, 1e-10)?,
+///     0.0,
+///     1.0,
+///     &[1.0f64],
+///     &SolveOptions::default(),
+/// )?;
+/// assert!((sol.y_final[0] - (-1.0f64).exp()).abs() < 1e-7);
+/// assert_eq!(sol.ts.last(), Some(&1.0));
+/// assert_eq!(sol.stats.num_steps, sol.stats.num_accepted_steps + sol.stats.num_rejected_steps);
+/// # Ok::<(), harness_reference::Error>(())
+/// ```
+pub fn solve<A: Real, F: VectorField<A> + ?Sized>(
+    field: &F,
+    tableau: &Tableau,
+    controller: &Controller,
+    t0: A,
+    t1: A,
+    y0: &[A],
+    opts: &SolveOptions,
+) -> Result<Solution<A>> {
+    solve_observed(field, tableau, controller, t0, t1, y0, opts, |_| {})
+}
+
+/// [`solve`], calling `observer` after every attempted step (accepted or rejected).
+#[allow(clippy::too_many_arguments)]
+pub fn solve_observed<A: Real, F: VectorField<A> + ?Sized>(
+    field: &F,
+    tableau: &Tableau,
+    controller: &Controller,
+    t0: A,
+    t1: A,
+    y0: &[A],
+    opts: &SolveOptions,
+    observer: impl FnMut(&StepEvent<A>),
+) -> Result<Solution<A>> {
+    let n = y0.len();
+    ensure(
+        n > 0,
+        "y0",
+        "[]",
+        "the state must have at least one element",
+    )?;
+    if let Some(d) = field.dim() {
+        if d != n {
+            return Err(Error::ShapeMismatch {
+                leaf: "y0".into(),
+                expected: vec![d],
+                got: vec![n],
+            });
+        }
+    }
+    if let Some(i) = y0.iter().position(|v| !Float::is_finite(*v)) {
+        return Err(Error::InvalidHyper {
+            name: "y0",
+            value: format!("{:?} at index {i}", y0[i]),
+            expected: "every element must be finite".into(),
+        });
+    }
+    ensure(
+        Float::is_finite(t0),
+        "t0",
+        format!("{t0:?}"),
+        "must be finite",
+    )?;
+    ensure(
+        Float::is_finite(t1),
+        "t1",
+        format!("{t1:?}"),
+        "must be finite",
+    )?;
+    controller.validate()?;
+    if let Controller::Pid(_) = controller {
+        ensure(
+            tableau.b_err().is_some(),
+            "controller",
+            format!("pid with {}", tableau.name()),
+            "adaptive step sizes need a method with an error estimate; use a constant step",
+        )?;
+    }
+    let dt0 = controller.dt0().map(A::of_f64);
+    if let Some(h) = dt0 {
+        // The f64 setting may not survive the cast (1e-50 is 0 in f32).
+        ensure(
+            Float::is_finite(h) && h != A::zero(),
+            "dt0",
+            format!("{h:?}"),
+            "must be finite and non-zero in the solve's precision",
+        )?;
+    }
+    if t0 == t1 {
+        return Ok(Solution {
+            ts: Vec::new(),
+            ys: Vec::new(),
+            y_final: y0.to_vec(),
+            stats: Stats::default(),
+        });
+    }
+    let forward = t1 > t0;
+    // Step placement computes `(t1 - t0) * k` for k up to the step count: that must not overflow,
+    // or the step ends become inf/NaN (found by the `ode` fuzz target).
+    let span = NF::abs(t1 - t0) * A::of_f64(opts.max_steps.max(1) as f64);
+    ensure(
+        Float::is_finite(span),
+        "t1 - t0",
+        format!("{:?}", t1 - t0),
+        "times max_steps must be finite in the solve's precision",
+    )?;
+    if let Some(h) = dt0 {
+        ensure(
+            (h > A::zero()) == forward,
+            "dt0",
+            format!("{h:?}"),
+            &format!("must have the sign of t1 - t0 = {:?}", t1 - t0),
+        )?;
+    }
+    if forward {
+        run(
+            field,
+            tableau,
+            controller,
+            t0,
+            t1,
+            dt0,
+            y0,
+            opts,
+            A::one(),
+            observer,
+        )
+    } else {
+        let g = Reversed(field);
+        run(
+            &g,
+            tableau,
+            controller,
+            -t0,
+            -t1,
+            dt0.map(|h| -h),
+            y0,
+            opts,
+            -A::one(),
+            observer,
+        )
+    }
+}
+
+/// The forward loop on `[s0, s1]`, `s1 > s0`, `h0 > 0`; `dir` maps solve time to caller time.
+#[allow(clippy::too_many_arguments)]
+fn run<A: Real, G: VectorField<A> + ?Sized>(
+    g: &G,
+    tab: &Tableau,
+    controller: &Controller,
+    s0: A,
+    s1: A,
+    h0: Option<A>,
+    y0: &[A],
+    opts: &SolveOptions,
+    dir: A,
+    mut observer: impl FnMut(&StepEvent<A>),
+) -> Result<Solution<A>> {
+    let n = y0.len();
+    let st = tab.stages();
+    let fsal = tab.fsal();
+    // Coefficients in the arithmetic type; `a` flattened row by row (row i has i entries).
+    let c: Vec<A> = tab.c().iter().map(|&x| A::of_f64(x)).collect();
+    let a: Vec<A> = (0..st)
+        .flat_map(|i| tab.a(i).iter().map(|&x| A::of_f64(x)))
+        .collect();
+    let b: Vec<A> = tab.b().iter().map(|&x| A::of_f64(x)).collect();
+    let e: Option<Vec<A>> = tab
+        .b_err()
+        .map(|v| v.iter().map(|&x| A::of_f64(x)).collect());
+    // Stage buffers: fs[i*n..(i+1)*n] = f at stage i (unscaled by dt).
+    let mut fs = vec![A::zero(); st * n];
+    let mut y = y0.to_vec();
+    let mut y1 = vec![A::zero(); n];
+    let mut ytmp = vec![A::zero(); n];
+    let mut yerr = vec![A::zero(); n];
+    let mut f0_valid = false;
+
+    enum Run<A> {
+        Const(ConstantRun<A>),
+        Pid(PidRun<A>),
+    }
+    let (first_end, mut ctl) = match controller {
+        Controller::Constant(_) => {
+            // validated: a constant controller always carries dt0
+            let h = h0.unwrap_or_else(A::one);
+            let (t, r) = ConstantRun::init(s0, s1, h);
+            (t, Run::Const(r))
+        }
+        Controller::Pid(p) => {
+            let r = PidRun::new(p, tab.order());
+            let h = match (h0, p.initial_step) {
+                (Some(h), _) => h,
+                (None, InitialStep::Diffrax0p01) => A::of_f64(0.01),
+                (None, InitialStep::Hairer) => {
+                    // `yerr` is free scratch until the first error estimate.
+                    let h = hairer_initial_step(
+                        g,
+                        s0,
+                        &y,
+                        A::of_f64(p.rtol),
+                        A::of_f64(p.atol),
+                        tab.order(),
+                        &mut fs[..n],
+                        &mut ytmp,
+                        &mut yerr,
+                    );
+                    // fs[0] now holds f(s0, y0): reuse it as the first stage.
+                    f0_valid = true;
+                    h
+                }
+            };
+            (r.init(s0, h), Run::Pid(r))
+        }
+    };
+    let mut tprev = s0;
+    let mut tnext = nan_min(first_end, s1);
+    let clip_at = minus_100_ulps(s1);
+    let mut stats = Stats::default();
+    let mut ts = Vec::new();
+    let mut ys = Vec::new();
+
+    while tprev < s1 {
+        if stats.num_steps >= opts.max_steps {
+            return Err(Error::MaxStepsExceeded {
+                max_steps: opts.max_steps,
+                t: (tprev * dir).as_f64(),
+                t_end: (s1 * dir).as_f64(),
+            });
+        }
+        let dt = tnext - tprev;
+        if !f0_valid {
+            g.eval(tprev, &y, &mut fs[..n]);
+            f0_valid = true;
+        }
+        let mut row_start = 0;
+        for i in 1..st {
+            row_start += i - 1;
+            let row = &a[row_start..row_start + i];
+            let (done, rest) = fs.split_at_mut(i * n);
+            for m in 0..n {
+                let mut acc = A::zero();
+                for (j, &aij) in row.iter().enumerate() {
+                    acc += aij * (dt * done[j * n + m]);
+                }
+                ytmp[m] = y[m] + acc;
+            }
+            // diffrax: `jnp.where(c_i == 1, t1, t0 + c_i*dt)` ("no floating point error").
+            let ti = if c[i] == A::one() {
+                tnext
+            } else {
+                tprev + c[i] * dt
+            };
+            g.eval(ti, &ytmp, &mut rest[..n]);
+            if fsal && i == st - 1 {
+                // FSAL tableaus are "SSAL" in diffrax: y1 is the last stage's input.
+                y1.copy_from_slice(&ytmp);
+            }
+        }
+        for m in 0..n {
+            if !fsal {
+                let mut acc = A::zero();
+                for (i, &bi) in b.iter().enumerate() {
+                    acc += bi * (dt * fs[i * n + m]);
+                }
+                y1[m] = y[m] + acc;
+            }
+            if let Some(e) = &e {
+                let mut err = A::zero();
+                for (i, &ei) in e.iter().enumerate() {
+                    err += ei * (dt * fs[i * n + m]);
+                }
+                yerr[m] = if NF::is_nan(err) { A::infinity() } else { err };
+            }
+        }
+        let (dec, scaled_error): (Decision<A>, Option<A>) = match &mut ctl {
+            Run::Const(r) => (r.adapt(tnext), None),
+            Run::Pid(r) => {
+                let se = r.scaled_error(&y, &y1, &yerr);
+                (r.adapt(tprev, tnext, se), Some(se))
+            }
+        };
+        let new_tprev = nan_min(dec.tprev, s1);
+        let new_tnext = if dec.tnext > clip_at {
+            if dec.keep {
+                s1
+            } else {
+                new_tprev + A::of_f64(0.5) * (s1 - new_tprev)
+            }
+        } else {
+            dec.tnext
+        };
+        stats.num_steps += 1;
+        observer(&StepEvent {
+            t_start: tprev * dir,
+            t_end: tnext * dir,
+            accepted: dec.keep,
+            scaled_error,
+        });
+        if dec.keep {
+            stats.num_accepted_steps += 1;
+            std::mem::swap(&mut y, &mut y1);
+            if fsal {
+                // FSAL: the last stage f(t_next, y1) is the next step's first stage.
+                fs.copy_within((st - 1) * n..st * n, 0);
+            } else {
+                f0_valid = false;
+            }
+            if opts.save_steps {
+                ts.push(new_tprev * dir);
+                ys.push(y.clone());
+            }
+        } else {
+            stats.num_rejected_steps += 1;
+        }
+        tprev = new_tprev;
+        tnext = new_tnext;
+    }
+    Ok(Solution {
+        ts,
+        ys,
+        y_final: y,
+        stats,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ode::controller::{Constant, InitialStep, Pid};
+    use crate::ode::fixtures::{ExpDecay, ForcedDecay, Linear, LotkaVolterra, VanDerPol};
+    use crate::ode::tableau::Solver;
+
+    /// Tolerances of this file, in one place. `CLOSED_FORM_*`: a tight PID solve against an
+    /// exact solution; `ORDER_SLACK`: allowed deviation of a measured convergence order from the
+    /// method's order; `ROUND_TRIP`: forward-then-backward with rtol 1e-10.
+    const CLOSED_FORM_F64: f64 = 1e-7;
+    /// Second-order methods need ~1/sqrt(rtol) steps; they get rtol 1e-8 and this bound.
+    const CLOSED_FORM_ORDER2: f64 = 1e-5;
+    const CLOSED_FORM_F32: f64 = 1e-4;
+    const ORDER_SLACK: f64 = 0.25;
+    const ROUND_TRIP: f64 = 1e-8;
+
+    fn opts() -> SolveOptions {
+        SolveOptions::default()
+    }
+
+    fn bad_name(r: Result<Solution<f64>>) -> &'static str {
+        match r {
+            Err(Error::InvalidHyper { name, .. }) => name,
+            other => panic!("expected InvalidHyper, got {other:?}"),
+        }
+    }
+
+    /// Error at t = 2 of the damped rotation (alpha 0.5, omega 1, y0 = [1, 0]) with a constant
+    /// step `dt`: the max-norm distance to the closed form.
+    fn linear_error(m: Solver, dt: f64) -> f64 {
+        let l = Linear::damped_rotation(0.5, 1.0).unwrap();
+        let sol = solve(
+            &l,
+            &m.tableau(),
+            &Controller::constant(dt).unwrap(),
+            0.0,
+            2.0,
+            &[1.0, 0.0],
+            &opts(),
+        )
+        .unwrap();
+        let exact = Linear::damped_rotation_exact(0.5, 1.0, [1.0, 0.0], 2.0);
+        (sol.y_final[0] - exact[0])
+            .abs()
+            .max((sol.y_final[1] - exact[1]).abs())
+    }
+
+    #[test]
+    fn every_method_converges_at_its_order_on_the_linear_problem() {
+        // Halving dt divides the global error by ~2^p: measured order = log2(e(dt)/e(dt/2)).
+        // Step sizes chosen per order so the finest error stays well above rounding (~1e-15).
+        for m in Solver::ALL {
+            let p = m.tableau().order() as f64;
+            let dts: [f64; 3] = if p >= 5.0 {
+                [0.4, 0.2, 0.1]
+            } else {
+                [0.1, 0.05, 0.025]
+            };
+            let errs: Vec<f64> = dts.iter().map(|&dt| linear_error(m, dt)).collect();
+            let orders: Vec<f64> = errs.windows(2).map(|w| (w[0] / w[1]).log2()).collect();
+            eprintln!("{m}: errors {errs:?}, measured orders {orders:?} (expected {p})");
+            let last = *orders.last().unwrap();
+            assert!(
+                (last - p).abs() < ORDER_SLACK,
+                "{m}: measured order {last}, expected {p}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_method_solves_every_fixture_and_keeps_stats_consistent() {
+        // One routine, every method x every fixture (diffsol's test_models pattern).
+        let lin = Linear::damped_rotation(0.5, 1.0).unwrap();
+        let lv = LotkaVolterra::new(1.5, 1.0, 3.0, 1.0).unwrap();
+        let vdp = VanDerPol::new(1.0).unwrap();
+        let fd = ForcedDecay::new(0.7, 2.0).unwrap();
+        let ed = ExpDecay::new(1.3).unwrap();
+        let fields: [(&str, &dyn VectorField<f64>, Vec<f64>); 5] = [
+            ("linear", &lin, vec![1.0, 0.0]),
+            ("lotka_volterra", &lv, vec![1.0, 1.0]),
+            ("van_der_pol", &vdp, vec![2.0, 0.0]),
+            ("forced_decay", &fd, vec![1.5, -0.5, 0.0]),
+            ("exp_decay", &ed, vec![1.0, 2.0]),
+        ];
+        for m in Solver::ALL {
+            // Second-order pairs have a first-order error estimate: a tolerance of 1e-6 would
+            // need more than max_steps steps on Lotka-Volterra.
+            let ctl = match m.tableau().order() {
+                1 => Controller::constant(0.01).unwrap(),
+                2 => Controller::pid(1e-4, 1e-6).unwrap(),
+                _ => Controller::pid(1e-6, 1e-8).unwrap(),
+            };
+            for (name, f, y0) in &fields {
+                let sol = solve(*f, &m.tableau(), &ctl, 0.0, 3.0, y0, &opts()).unwrap();
+                let s = sol.stats;
+                assert_eq!(
+                    s.num_steps,
+                    s.num_accepted_steps + s.num_rejected_steps,
+                    "{m}/{name}"
+                );
+                assert_eq!(sol.ts.len(), s.num_accepted_steps, "{m}/{name}");
+                assert_eq!(sol.ys.len(), sol.ts.len(), "{m}/{name}");
+                assert_eq!(sol.ts.last(), Some(&3.0), "{m}/{name}");
+                assert_eq!(sol.ys.last(), Some(&sol.y_final), "{m}/{name}");
+                assert!(
+                    sol.ts.windows(2).all(|w| w[0] < w[1]),
+                    "{m}/{name}: times increase"
+                );
+                assert!(sol.y_final.iter().all(|v| v.is_finite()), "{m}/{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn adaptive_methods_match_closed_forms() {
+        let ed = ExpDecay::new(1.3).unwrap();
+        let fd = ForcedDecay::new(0.7, 2.0).unwrap();
+        for m in Solver::ALL.into_iter().filter(|m| *m != Solver::Euler) {
+            let (ctl, tol) = if m.tableau().order() == 2 {
+                (Controller::pid(1e-8, 1e-10).unwrap(), CLOSED_FORM_ORDER2)
+            } else {
+                (Controller::pid(1e-10, 1e-12).unwrap(), CLOSED_FORM_F64)
+            };
+            let o = SolveOptions {
+                max_steps: 100_000,
+                save_steps: false,
+            };
+            let sol = solve(&ed, &m.tableau(), &ctl, 0.0, 2.0, &[1.0], &o).unwrap();
+            let err = (sol.y_final[0] - ed.exact(1.0, 2.0)).abs();
+            assert!(err < tol, "{m} decay: {err:e}");
+            let sol = solve(&fd, &m.tableau(), &ctl, 0.0, 2.0, &[1.5], &o).unwrap();
+            let err = (sol.y_final[0] - fd.exact(1.5, 2.0)).abs();
+            assert!(err < tol, "{m} forced: {err:e}");
+            assert!(
+                sol.ts.is_empty() && sol.ys.is_empty(),
+                "save_steps = false saves nothing"
+            );
+        }
+    }
+
+    #[test]
+    fn f32_solve_matches_the_closed_form_to_f32_accuracy() {
+        let ed = ExpDecay::new(1.3).unwrap();
+        let sol = solve(
+            &ed,
+            &Tableau::tsit5(),
+            &Controller::pid(1e-5, 1e-7).unwrap(),
+            0.0f32,
+            2.0f32,
+            &[1.0f32],
+            &opts(),
+        )
+        .unwrap();
+        assert!(((sol.y_final[0] as f64) - ed.exact(1.0, 2.0)).abs() < CLOSED_FORM_F32);
+        assert_eq!(sol.ts.last(), Some(&2.0f32));
+    }
+
+    #[test]
+    fn accepted_steps_have_scaled_error_below_one_and_rejected_at_least_one() {
+        let lv = LotkaVolterra::new(1.5, 1.0, 3.0, 1.0).unwrap();
+        for m in [
+            Solver::Heun,
+            Solver::Ralston,
+            Solver::Bosh3,
+            Solver::Tsit5,
+            Solver::Dopri5,
+        ] {
+            let mut events = Vec::new();
+            let rtol = if m.tableau().order() == 2 { 1e-4 } else { 1e-6 };
+            let sol = solve_observed(
+                &lv,
+                &m.tableau(),
+                &Controller::pid(rtol, rtol * 1e-2).unwrap(),
+                0.0,
+                5.0,
+                &[1.0, 1.0],
+                &opts(),
+                |e| events.push(*e),
+            )
+            .unwrap();
+            assert_eq!(events.len(), sol.stats.num_steps);
+            assert!(
+                sol.stats.num_rejected_steps > 0,
+                "{m}: the LV case rejects some steps"
+            );
+            for e in &events {
+                let se = e.scaled_error.unwrap();
+                assert_eq!(e.accepted, se < 1.0, "{m}: step {e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn backward_solve_is_the_time_reversed_forward_solve_bit_for_bit() {
+        let fd = ForcedDecay::new(0.7, 2.0).unwrap();
+        for ctl in [
+            Controller::pid(1e-6, 1e-8).unwrap(),
+            Controller::constant(0.1).unwrap(),
+        ] {
+            let back_ctl = match ctl {
+                Controller::Constant(_) => Controller::constant(-0.1).unwrap(),
+                c => c,
+            };
+            let back = solve(
+                &fd,
+                &Tableau::tsit5(),
+                &back_ctl,
+                1.0,
+                -2.0,
+                &[0.3],
+                &opts(),
+            )
+            .unwrap();
+            let fwd = solve(
+                &Reversed(&fd),
+                &Tableau::tsit5(),
+                &ctl,
+                -1.0,
+                2.0,
+                &[0.3],
+                &opts(),
+            )
+            .unwrap();
+            assert_eq!(back.ys, fwd.ys);
+            assert_eq!(back.ts, fwd.ts.iter().map(|t| -t).collect::<Vec<_>>());
+            assert_eq!(back.ts.last(), Some(&-2.0));
+            assert_eq!(back.stats, fwd.stats);
+        }
+    }
+
+    #[test]
+    fn forward_then_backward_solve_returns_to_the_initial_state() {
+        let lv = LotkaVolterra::new(1.5, 1.0, 3.0, 1.0).unwrap();
+        let ctl = Controller::pid(1e-10, 1e-12).unwrap();
+        let o = SolveOptions {
+            max_steps: 100_000,
+            save_steps: false,
+        };
+        let fwd = solve(&lv, &Tableau::dopri5(), &ctl, 0.0, 3.0, &[1.0, 1.0], &o).unwrap();
+        let back = solve(&lv, &Tableau::dopri5(), &ctl, 3.0, 0.0, &fwd.y_final, &o).unwrap();
+        for (got, want) in back.y_final.iter().zip([1.0, 1.0]) {
+            assert!((got - want).abs() < ROUND_TRIP, "{got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn pid_without_dt0_starts_with_exactly_0p01_like_diffrax() {
+        let ed = ExpDecay::new(1.0).unwrap();
+        let sol = solve(
+            &ed,
+            &Tableau::tsit5(),
+            &Controller::pid(1e-6, 1e-8).unwrap(),
+            0.0,
+            1.0,
+            &[1.0],
+            &opts(),
+        )
+        .unwrap();
+        assert_eq!(sol.ts[0], 0.01);
+        // Backward: the first step ends at t0 - 0.01.
+        let sol = solve(
+            &ed,
+            &Tableau::tsit5(),
+            &Controller::pid(1e-6, 1e-8).unwrap(),
+            1.0,
+            0.0,
+            &[1.0],
+            &opts(),
+        )
+        .unwrap();
+        assert_eq!(sol.ts[0], -(-1.0 + 0.01));
+    }
+
+    #[test]
+    fn hairer_initial_step_is_used_when_selected() {
+        let ed = ExpDecay::new(1.0).unwrap();
+        let pid = Pid::new(1e-3, 1e-6)
+            .unwrap()
+            .initial_step(InitialStep::Hairer);
+        let sol = solve(
+            &ed,
+            &Tableau::tsit5(),
+            &Controller::Pid(pid),
+            0.0,
+            1.0,
+            &[1.0],
+            &opts(),
+        )
+        .unwrap();
+        let (mut a, mut b, mut c) = ([0.0], [0.0], [0.0]);
+        let h = crate::ode::controller::hairer_initial_step(
+            &ed,
+            0.0,
+            &[1.0],
+            1e-3,
+            1e-6,
+            5,
+            &mut a,
+            &mut b,
+            &mut c,
+        );
+        assert_eq!(sol.ts[0], h);
+        assert_ne!(h, 0.01);
+    }
+
+    #[test]
+    fn first_step_longer_than_the_interval_ends_exactly_at_t1() {
+        let ed = ExpDecay::new(1.0).unwrap();
+        let sol = solve(
+            &ed,
+            &Tableau::heun(),
+            &Controller::constant(5.0).unwrap(),
+            0.0,
+            0.3,
+            &[1.0],
+            &opts(),
+        )
+        .unwrap();
+        assert_eq!(sol.ts, vec![0.3]);
+        let pid = Pid::new(1e-3, 1e-6).unwrap().dt0(Some(5.0)).unwrap();
+        let sol = solve(
+            &ed,
+            &Tableau::heun(),
+            &Controller::Pid(pid),
+            0.0,
+            0.3,
+            &[1.0],
+            &opts(),
+        )
+        .unwrap();
+        assert_eq!(sol.ts.last(), Some(&0.3));
+    }
+
+    #[test]
+    fn constant_steps_with_a_non_multiple_interval_shrink_later_steps_and_hit_t1() {
+        // n = ceil(1/0.3) = 4 steps: 0.3, then 1*2/4... via the reciprocal rule, then exactly 1.
+        let ed = ExpDecay::new(1.0).unwrap();
+        let sol = solve(
+            &ed,
+            &Tableau::midpoint(),
+            &Controller::constant(0.3).unwrap(),
+            0.0,
+            1.0,
+            &[1.0],
+            &opts(),
+        )
+        .unwrap();
+        assert_eq!(sol.ts, vec![0.3, 0.5, 0.75, 1.0]);
+    }
+
+    #[test]
+    fn a_step_ending_within_100_ulps_of_t1_is_snapped_to_t1() {
+        // Constant step whose second endpoint t0 + 2*dt0 lands 1 ULP below t1... built directly:
+        // dt0 = t1/2 - tiny so that n = 2 and the first step is ~t1/2; the snap is exercised by
+        // a PID step proposing t1 - 1 ULP.
+        let f = |_t: f64, _y: &[f64], dy: &mut [f64]| dy[0] = 0.0;
+        let t1 = 1.0f64;
+        let almost = t1 - 3.0 * f64::EPSILON / 2.0; // 3 ULPs below 1.0
+        let pid = Pid::new(1e-3, 1e-6).unwrap().dt0(Some(almost)).unwrap();
+        let sol = solve(
+            &f,
+            &Tableau::heun(),
+            &Controller::Pid(pid),
+            0.0,
+            t1,
+            &[1.0],
+            &opts(),
+        )
+        .unwrap();
+        // The first step ends at `almost` (the initial step is only clipped by min(., t1)); the
+        // next proposal (almost + 10*almost) is beyond t1 - 100 ULPs and becomes exactly t1.
+        assert_eq!(sol.ts, vec![almost, t1]);
+    }
+
+    #[test]
+    fn t0_equal_t1_returns_y0_after_zero_steps() {
+        let ed = ExpDecay::new(1.0).unwrap();
+        let sol = solve(
+            &ed,
+            &Tableau::tsit5(),
+            &Controller::pid(1e-6, 1e-8).unwrap(),
+            2.0,
+            2.0,
+            &[3.0],
+            &opts(),
+        )
+        .unwrap();
+        assert_eq!(sol.y_final, vec![3.0]);
+        assert_eq!(sol.stats, Stats::default());
+        assert!(sol.ts.is_empty());
+    }
+
+    #[test]
+    fn bad_inputs_are_typed_errors() {
+        let ed = ExpDecay::new(1.0).unwrap();
+        let t5 = Tableau::tsit5();
+        let pid = Controller::pid(1e-6, 1e-8).unwrap();
+        let run = |ctl: &Controller, t0: f64, t1: f64, y0: &[f64]| {
+            solve(&ed, &t5, ctl, t0, t1, y0, &opts())
+        };
+        assert_eq!(bad_name(run(&pid, 0.0, 1.0, &[])), "y0");
+        assert_eq!(bad_name(run(&pid, 0.0, 1.0, &[f64::NAN])), "y0");
+        assert_eq!(bad_name(run(&pid, 0.0, 1.0, &[1.0, f64::INFINITY])), "y0");
+        assert_eq!(bad_name(run(&pid, f64::NAN, 1.0, &[1.0])), "t0");
+        assert_eq!(bad_name(run(&pid, 0.0, f64::INFINITY, &[1.0])), "t1");
+        assert_eq!(
+            bad_name(run(&Controller::constant(-0.1).unwrap(), 0.0, 1.0, &[1.0])),
+            "dt0"
+        );
+        assert_eq!(
+            bad_name(run(&Controller::constant(0.1).unwrap(), 1.0, 0.0, &[1.0])),
+            "dt0"
+        );
+        assert_eq!(
+            bad_name(run(
+                &Controller::Constant(Constant { dt0: 0.0 }),
+                0.0,
+                1.0,
+                &[1.0]
+            )),
+            "dt0"
+        );
+        assert_eq!(
+            bad_name(run(
+                &Controller::Constant(Constant { dt0: f64::NAN }),
+                0.0,
+                1.0,
+                &[1.0]
+            )),
+            "dt0"
+        );
+        let neg = Pid::new(1e-6, 1e-8).unwrap().dt0(Some(-0.1)).unwrap();
+        assert_eq!(
+            bad_name(run(&Controller::Pid(neg), 0.0, 1.0, &[1.0])),
+            "dt0"
+        );
+        assert_eq!(
+            bad_name(solve(
+                &ed,
+                &Tableau::euler(),
+                &pid,
+                0.0,
+                1.0,
+                &[1.0],
+                &opts()
+            )),
+            "controller"
+        );
+        // A controller built as a literal with an invalid field is re-validated.
+        let lit = Controller::Pid(Pid {
+            rtol: -1.0,
+            ..Pid::new(1e-6, 1e-8).unwrap()
+        });
+        assert_eq!(bad_name(run(&lit, 0.0, 1.0, &[1.0])), "rtol");
+        // A dt0 that underflows in f32.
+        let tiny = Controller::constant(1e-50).unwrap();
+        assert!(matches!(
+            solve(&ed, &t5, &tiny, 0.0f32, 1.0, &[1.0f32], &opts()),
+            Err(Error::InvalidHyper { name: "dt0", .. })
+        ));
+        // The field's declared dimension is checked.
+        let lin = Linear::damped_rotation(0.5, 1.0).unwrap();
+        assert!(matches!(
+            solve(&lin, &t5, &pid, 0.0, 1.0, &[1.0], &opts()),
+            Err(Error::ShapeMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn max_steps_overrun_is_an_error_not_a_hang() {
+        let ed = ExpDecay::new(1.0).unwrap();
+        let o = SolveOptions {
+            max_steps: 3,
+            save_steps: true,
+        };
+        let r = solve(
+            &ed,
+            &Tableau::heun(),
+            &Controller::constant(0.1).unwrap(),
+            0.0,
+            1.0,
+            &[1.0],
+            &o,
+        );
+        assert_eq!(
+            r,
+            Err(Error::MaxStepsExceeded {
+                max_steps: 3,
+                t: 0.30000000000000004,
+                t_end: 1.0
+            })
+        );
+        // Exactly enough steps is fine: 10 steps of 0.1.
+        let o = SolveOptions {
+            max_steps: 10,
+            save_steps: true,
+        };
+        assert!(solve(
+            &ed,
+            &Tableau::heun(),
+            &Controller::constant(0.1).unwrap(),
+            0.0,
+            1.0,
+            &[1.0],
+            &o
+        )
+        .is_ok());
+        // max_steps = 0 fails immediately unless there is nothing to do.
+        let o = SolveOptions {
+            max_steps: 0,
+            save_steps: true,
+        };
+        assert!(matches!(
+            solve(
+                &ed,
+                &Tableau::heun(),
+                &Controller::constant(0.1).unwrap(),
+                0.0,
+                1.0,
+                &[1.0],
+                &o
+            ),
+            Err(Error::MaxStepsExceeded { .. })
+        ));
+    }
+
+    #[test]
+    fn a_nan_field_under_pid_rejects_until_max_steps_without_panicking() {
+        let f = |_t: f64, _y: &[f64], dy: &mut [f64]| dy[0] = f64::NAN;
+        let r = solve(
+            &f,
+            &Tableau::dopri5(),
+            &Controller::pid(1e-6, 1e-8).unwrap(),
+            0.0,
+            1.0,
+            &[1.0],
+            &opts(),
+        );
+        assert!(
+            matches!(
+                r,
+                Err(Error::MaxStepsExceeded {
+                    max_steps: 4096,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_nan_field_under_a_constant_step_propagates_nan_like_diffrax() {
+        let f = |t: f64, y: &[f64], dy: &mut [f64]| dy[0] = if t > 0.5 { f64::NAN } else { -y[0] };
+        let sol = solve(
+            &f,
+            &Tableau::heun(),
+            &Controller::constant(0.1).unwrap(),
+            0.0,
+            1.0,
+            &[1.0],
+            &opts(),
+        )
+        .unwrap();
+        assert!(sol.y_final[0].is_nan());
+        assert_eq!(sol.stats.num_steps, 10);
+    }
+
+    #[test]
+    fn an_infinite_vector_field_value_is_rejected_and_the_step_shrinks() {
+        // f is inf beyond t = 0.5: the error is inf (or NaN -> inf) so those steps are rejected,
+        // and the solve ends at max_steps rather than accepting an infinite state.
+        let f =
+            |t: f64, y: &[f64], dy: &mut [f64]| dy[0] = if t > 0.5 { f64::INFINITY } else { -y[0] };
+        let mut accepted_beyond = false;
+        let r = solve_observed(
+            &f,
+            &Tableau::bosh3(),
+            &Controller::pid(1e-6, 1e-8).unwrap(),
+            0.0,
+            1.0,
+            &[1.0],
+            &SolveOptions {
+                max_steps: 200,
+                save_steps: false,
+            },
+            |e| {
+                if e.accepted && e.t_end > 0.5 {
+                    accepted_beyond = true;
+                }
+            },
+        );
+        assert!(matches!(r, Err(Error::MaxStepsExceeded { .. })));
+        assert!(!accepted_beyond);
+    }
+}

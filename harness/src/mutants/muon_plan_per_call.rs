@@ -1,0 +1,35 @@
+//! A Newton–Schulz "plan" rebuilt at every call: the workspace (`X`, `X^T`, `B X`, `A`, `c A`,
+//! `B`) is allocated by each run, as a form without a plan does. The memory law of the planned
+//! form (`laws::muon::planned_ns_allocates_nothing`) must catch it.
+
+use crate::backend::Array;
+use crate::laws::muon::NsRunner;
+use crate::optim::muon::NsPlan;
+
+/// Builds a fresh [`NsPlan`] (one thread) for every run.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanPerCall {
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl NsRunner for PlanPerCall {
+    fn shape(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+    fn threads(&self) -> usize {
+        1
+    }
+    fn run(
+        &mut self,
+        input: &[f32],
+        coeffs: &Array<f64>,
+        ns_steps: usize,
+        eps: f32,
+        out: &mut [f32],
+    ) -> usize {
+        NsPlan::<f32>::new(self.rows, self.cols)
+            .with_threads(1)
+            .run(input, coeffs, ns_steps, eps, out)
+    }
+}

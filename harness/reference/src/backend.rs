@@ -422,13 +422,13 @@ impl<E: Float> Array<E> {
 // Quirks kept here: dfdx 0.13 lowers every CPU matmul to `gemm::gemm(m, n, k, dst, dst_cs,
 // dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, alpha, beta, ..,
 // Parallelism::Rayon(current_num_threads))`; [`gemm_into`] issues exactly that call, so a planned
-// product over the same operands is the dfdx one. gemm-common 0.15.5 as published allocates per
-// call a `did_pack_lhs` flag vector (`mc/MR` bytes) and, when it packs the right operand, the
-// packed panel; the workspace patches it (`vendor/gemm-common/HARNESS_PATCH.md`) to keep both per
-// thread, so a single-threaded call allocates nothing after the first on its thread (arithmetic
-// unchanged). Its rayon path still allocates (per-worker flags, rayon's job queue), which is why
-// planned products run on [`crate::pool::Pool`] instead ([`gemm_into_pooled`]). A transposed
-// operand is a stride swap (`permute`), never a copy.
+// product over the same operands is the dfdx one. gemm-common 0.15.5 allocates, at every call, a
+// `did_pack_lhs` flag vector (`mc/MR` bytes) and, when it packs the right operand, the packed
+// panel; no release of gemm (0.15 to 0.19) takes a caller's workspace, so a planned product
+// allocates those few bytes per call (freed by the call). Its rayon path allocates more
+// (per-worker flags, rayon's job queue), which is why planned products run single-threaded gemm
+// calls on [`crate::pool::Pool`] instead ([`gemm_into_pooled`]). A transposed operand is a
+// stride swap (`permute`), never a copy.
 
 /// A runtime-shaped 2-D dfdx tensor.
 pub type Flat2<E> = Tensor<(usize, usize), E, Cpu>;

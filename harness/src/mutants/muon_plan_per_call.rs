@@ -1,6 +1,7 @@
 //! A Newton–Schulz "plan" rebuilt at every call: the workspace (`X`, `X^T`, `B X`, `A`, `c A`,
 //! `B`) is allocated by each run, as a form without a plan does. The memory law of the planned
-//! form (`laws::muon::planned_ns_allocates_nothing`) must catch it.
+//! form (`laws::muon::planned_ns_allocates_only_gemm_scratch`) must catch it: its peak is the
+//! workspace, thousands of times gemm's per-call scratch.
 
 use crate::backend::Array;
 use crate::laws::muon::NsRunner;

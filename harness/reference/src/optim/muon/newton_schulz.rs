@@ -14,11 +14,12 @@
 //! the symmetry of `A = X X^T` and of `(cA) A`: it computes only their upper-triangle tiles
 //! ([`SYM_BLOCK`]` x `[`SYM_BLOCK`], about 0.56 of a full product at `m = 1024`) and mirrors them,
 //! so both are exactly symmetric; `X^T` is materialised once per iteration so that every product
-//! reads row-major operands (gemm 0.15 packs a transposed right operand more slowly). It
-//! allocates nothing after its first call: the buffers and the tile list are sized once, and
+//! reads row-major operands (gemm 0.15 packs a transposed right operand more slowly). After its
+//! first call it allocates nothing of its own: the buffers and the tile list are sized once, and
 //! the products run on the plan's own parked threads ([`crate::pool::Pool`], started once; one
-//! thread for products below [`GEMM_PARALLEL_MIN`]) as single-threaded gemm calls reusing each
-//! thread's scratch — whole tiles dealt round-robin for the symmetric products
+//! thread for products below [`GEMM_PARALLEL_MIN`]) as single-threaded gemm calls — only gemm's
+//! own per-call scratch (a few bytes, freed by the call) remains — whole tiles dealt
+//! round-robin for the symmetric products
 //! ([`crate::backend::gemm_tiles_pooled`]), row blocks for `B X`
 //! ([`crate::backend::gemm_into_pooled`]). Neither split changes any element's reduction
 //! order, so results are bit-identical for every thread count. Both forms return the number of

@@ -774,7 +774,10 @@ pub fn planned_ns_allocates_only_gemm_scratch(
     let mut last = None;
     for call in 0..calls.max(1) {
         let (_, m) = crate::probe::measure(|| plan.run(x, &c, 5, 1e-8, &mut out));
-        let at = format!("{rows}x{cols} on {threads} threads, planned run {} after warm-up", call + 1);
+        let at = format!(
+            "{rows}x{cols} on {threads} threads, planned run {} after warm-up",
+            call + 1
+        );
         if m.live_delta != 0 {
             return Err(format!("{at}: live bytes {:+}", m.live_delta));
         }

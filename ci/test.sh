@@ -5,6 +5,12 @@ cd "$(dirname "$0")/.."
 cargo test --release
 cargo run --release -q -p harness -- golden fixtures/golden
 cargo run --release -q -p harness -- mutants
+# The subject API on a user-written Adam: every law passes on `good`; `buggy` must fail (exit 1).
+cargo run --release -q -p harness --example custom_optimizer -- good
+if cargo run --release -q -p harness --example custom_optimizer -- buggy; then
+    echo "custom_optimizer buggy: the planted bug was not caught" >&2
+    exit 1
+fi
 bash ci/fuzz-smoke.sh
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings

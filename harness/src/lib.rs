@@ -34,6 +34,7 @@ pub mod laws;
 pub mod mutants;
 pub mod probe;
 pub mod report;
+pub mod subject;
 pub mod tolerance;
 pub mod train;
 

@@ -128,3 +128,23 @@ pub const CNF_MANUAL_VJP: Tol = Tol {
     rtol: 1e-9,
     atol: 1e-11,
 };
+
+/// Conformance of an independent implementation of an optimizer to the reference, step for step:
+/// the tolerances the optimizer golden cases record (`fixtures/gen/gen_optim.py`'s `TOLERANCE`:
+/// f32 `rtol 2e-4, atol 1e-6`, f64 `rtol 1e-9, atol 1e-12`), under which the reference itself
+/// matches optax. Two implementations that both match optax at this tolerance are within twice
+/// it of each other; the check uses it once, so a difference the tolerance does not explain is
+/// a finding, not rounding. f16 (not compared step for step) gets [`for_dtype`]'s.
+pub fn conformance(dtype: DType) -> Tol {
+    match dtype {
+        DType::F32 => Tol {
+            rtol: 2e-4,
+            atol: 1e-6,
+        },
+        DType::F64 | DType::I32 => Tol {
+            rtol: 1e-9,
+            atol: 1e-12,
+        },
+        DType::F16 => for_dtype(DType::F16),
+    }
+}

@@ -27,7 +27,7 @@ fn radam_thousand_steps_neither_grow_live_bytes_nor_allocate_in_fused_form() {
             &*make,
         )
         .unwrap_or_else(|e| panic!("{form}: {e}"));
-        assert_eq!(run.traces, 1, "{form}");
+        assert_eq!(run.traces, Some(1), "{form}");
         assert!(
             run.live_growth_first <= 0 && run.live_growth_second <= 0,
             "{form}: {run:?}"

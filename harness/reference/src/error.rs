@@ -41,6 +41,10 @@ pub enum Error {
         max: usize,
         reason: TraceReason,
     },
+    /// An error raised by code outside this crate behind one of its traits (a user's
+    /// transform, vector field or objective), in its own words.
+    #[error("{0}")]
+    External(String),
     /// An ODE solve used `max_steps` steps (accepted + rejected) without reaching its end time.
     #[error("ODE solve reached max_steps = {max_steps} at t = {t} before the end time {t_end}")]
     MaxStepsExceeded {

@@ -107,18 +107,33 @@ pub fn registry() -> Vec<Law> {
 /// Run one law with `cfg`.
 pub fn run(law: &Law, cfg: RunConfig) -> LawReport {
     let cases = cfg.cases.unwrap_or(law.default_cases);
+    timed(law.name, law.family, cases, law.measures_memory, || {
+        (law.run)(cases, cfg.seed)
+    })
+}
+
+/// Run `law` (`cases` cases) and time it into a [`LawReport`]. A law that measures memory runs
+/// holding [`crate::probe::exclusive`], and fails without running when the binary did not
+/// install the counting allocator.
+pub fn timed(
+    name: &str,
+    family: Family,
+    cases: u32,
+    measures_memory: bool,
+    law: impl FnOnce() -> Result<(), String>,
+) -> LawReport {
     let start = Instant::now();
-    let outcome = if law.measures_memory {
+    let outcome = if measures_memory {
         let _g = crate::probe::exclusive();
         crate::probe::require_installed()
             .map_err(|e| e.to_string())
-            .and_then(|()| (law.run)(cases, cfg.seed))
+            .and_then(|()| law())
     } else {
-        (law.run)(cases, cfg.seed)
+        law()
     };
     LawReport {
-        name: law.name.to_string(),
-        family: law.family,
+        name: name.to_string(),
+        family,
         cases,
         passed: outcome.is_ok(),
         seconds: start.elapsed().as_secs_f64(),
@@ -142,9 +157,26 @@ pub fn find(name: &str) -> Option<Law> {
 }
 
 /// Drive `property` over `strategy` with proptest's runner; on failure return the reason and the
-/// shrunk input, with the seed that replays it.
+/// shrunk input, with the command that replays it (`harness check --law NAME --seed S`).
 pub fn check_property<S>(
     name: &str,
+    cases: u32,
+    seed: u64,
+    strategy: S,
+    property: impl Fn(&S::Value) -> Result<(), String>,
+) -> Result<(), String>
+where
+    S: Strategy,
+    S::Value: Debug,
+{
+    let replay = format!("harness check --law {name} --seed {seed}");
+    check_property_replayed_by(&replay, cases, seed, strategy, property)
+}
+
+/// [`check_property`] for a law run outside `harness check` (a suite on a user's subject):
+/// `replay` says how to run it again.
+pub fn check_property_replayed_by<S>(
+    replay: &str,
     cases: u32,
     seed: u64,
     strategy: S,
@@ -169,7 +201,7 @@ where
     }) {
         Ok(()) => Ok(()),
         Err(TestError::Fail(reason, value)) => Err(format!(
-            "{reason}\nminimal input: {value:?}\nreplay: harness check --law {name} --seed {seed}"
+            "{reason}\nminimal input: {value:?}\nreplay: {replay}"
         )),
         Err(TestError::Abort(reason)) => Err(format!("aborted: {reason}")),
     }

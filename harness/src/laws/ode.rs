@@ -19,7 +19,9 @@ pub struct RotationCase {
     pub t1: f64,
 }
 
-fn rotation_case() -> impl Strategy<Value = RotationCase> {
+/// Damped rotations with a non-zero start, rates in `[0, 1)`, frequencies in `[0.2, 2)` and
+/// horizons in `[0.5, 2)`.
+pub fn rotation_case() -> impl Strategy<Value = RotationCase> {
     (
         0.0f64..1.0,
         0.2f64..2.0,

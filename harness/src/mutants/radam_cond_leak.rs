@@ -48,8 +48,8 @@ impl Stepper for CondLeak {
         self.state = s;
         Ok(())
     }
-    fn traces(&self) -> usize {
-        self.stage.traces()
+    fn traces(&self) -> Option<usize> {
+        Some(self.stage.traces())
     }
 }
 

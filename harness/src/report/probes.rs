@@ -97,7 +97,14 @@ fn stepper_run(
     let grads = leaf::<f32>(&(0..n).map(|i| (i as f64 * 0.37).sin()).collect::<Vec<_>>());
     let mut opt = make(&params)?;
     let live = record(cfg.steps, || opt.step(&mut params, &grads))?;
-    Ok(finish(family, name, mutant, staged, opt.traces(), live))
+    Ok(finish(
+        family,
+        name,
+        mutant,
+        staged,
+        opt.traces().unwrap_or(0),
+        live,
+    ))
 }
 
 fn muon_tree(side: usize, seed: u64) -> Tree<f32> {
@@ -281,7 +288,7 @@ pub fn run_all(cfg: &StepConfig, mut tick: impl FnMut(&str)) -> Result<Vec<StepR
         let mut params = muon_tree(cfg.muon_side, 1);
         let mut jit = JitStepper::new(Muon::new(hyper.clone())?, &params)?;
         let live = record(cfg.steps, || jit.step(&mut params, &grads))?;
-        let r = finish("muon", RUNS[7], None, JIT, jit.traces(), live);
+        let r = finish("muon", RUNS[7], None, JIT, jit.traces().unwrap_or(0), live);
         next(&mut out, Ok(r))?;
     }
     let r = muon_planned(cfg, RUNS[8], None, &Muon::new(hyper.clone())?, &grads);

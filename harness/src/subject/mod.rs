@@ -1,0 +1,48 @@
+//! Putting code under the laws: the traits an implementation under test (a *subject*) provides,
+//! one per law family, and the suites that run every law of a family on a subject.
+//!
+//! The reference implementation is one subject, each re-created upstream bug
+//! ([`crate::mutants`]) is another, and so is a user's own code, a Rust crate written elsewhere
+//! (through an adapter) or the real JAX library observed through the upstream worker. The laws
+//! are written once, against these traits.
+//!
+//! | family | trait | suite |
+//! |---|---|---|
+//! | Adam-family optimizers | [`Optimizer`] (init/update over named f32/f64 tensors; state signature; trace count) | [`optimizer::check`] |
+//! | line search | [`LineSearchSubject`] (init and the staged update of `sgd + backtracking`) | `laws::linesearch::trace_once` |
+//! | ODE solvers | [`OdeSolver`] (a black-box solver reporting its steps) or a tableau ([`crate::ode::Tableau`]) through the reference stepper | [`ode::check`] |
+//! | gradients through a solve | [`GradientSubject`] (full tape and checkpointed) | `laws::ode::*_with` |
+//! | stacked initialisation | [`InitSubject`] (builds N stacked layers; peaks measured by the probe) | `laws::stack::peaks_within_bounds` |
+//! | CNF training | [`TrainSubject`] (steps a trainer; trace count) | `laws::cnf::train_trace_once_with` |
+//!
+//! A runnable example, a user-written Adam put under the optimizer suite, is
+//! `harness/examples/custom_optimizer.rs`:
+//! `cargo run --release -p harness --example custom_optimizer -- good` (every law passes) or
+//! `-- buggy` (a step counter hashed into the staging key; `optimizer_one_trace` fails and
+//! prints the counterexample).
+
+pub mod ode;
+pub mod optimizer;
+
+pub use crate::laws::cnf::TrainSubject;
+pub use crate::laws::linesearch::TraceSubject as LineSearchSubject;
+pub use crate::laws::ode::{GradProblem, GradientSubject};
+pub use crate::laws::stack::InitSubject;
+pub use ode::OdeSolver;
+pub use optimizer::{Optimizer, Staged};
+
+/// A suite law over `strategy`: proptest's runner, with the seed that replays it in the message.
+pub(crate) fn suite_property<S>(
+    law: &str,
+    cases: u32,
+    seed: u64,
+    strategy: S,
+    property: impl Fn(&S::Value) -> Result<(), String>,
+) -> Result<(), String>
+where
+    S: proptest::strategy::Strategy,
+    S::Value: std::fmt::Debug,
+{
+    let replay = format!("the suite again with SuiteOptions {{ seed: {seed}, .. }} ({law})");
+    crate::laws::check_property_replayed_by(&replay, cases, seed, strategy, property)
+}

@@ -1,0 +1,557 @@
+//! The ODE solver suite: laws every explicit solver must obey, run on any [`OdeSolver`] — the
+//! reference's tableau-driven stepper ([`ReferenceSolver`]), or a black-box solver written
+//! elsewhere behind an adapter. Every solve runs on its own thread under a time limit, so a
+//! solver that panics or never returns is a verdict, not a crash or a hang of the harness.
+//!
+//! | law | applies to | what must hold |
+//! |---|---|---|
+//! | `ode_convergence_order` | constant steps, known order `p` | halving the step divides the error against the closed form by `2^p` (band [`ORDER_BAND`]) |
+//! | `ode_tolerance_proportionality` | adaptive steps | the global error against the closed form is at most `K (rtol |y|max + atol)` per accepted step ([`PROPORTIONALITY_K`]) and shrinks when the tolerance shrinks 100-fold |
+//! | `ode_round_trip` | adaptive steps, backward integration | forward then backward returns to `y0` within the same bound |
+//! | `ode_reproducible` | every solver | the same request twice gives the same bits |
+//! | `ode_bad_input_is_typed_error` | every solver | NaN/inf `y0`, non-finite times, zero/negative tolerance or step, exhausted `max_steps`: an error, never a panic, a hang or a non-finite answer; `t0 == t1` returns `y0` or an error |
+//!
+//! # References
+//! - E. Hairer, S. P. Nørsett, G. Wanner, *Solving Ordinary Differential Equations I*, 2nd ed.,
+//!   §II.3 (convergence order), §II.4 (tolerance proportionality of error-per-step control).
+//!
+//! ```
+//! use harness::subject::ode::{self, ReferenceSolver, SuiteOptions};
+//! use harness::ode::Solver;
+//! let tsit5 = std::sync::Arc::new(ReferenceSolver::new(Solver::Tsit5));
+//! let opts = SuiteOptions { cases: 4, ..SuiteOptions::default() };
+//! let report = ode::check(tsit5, &opts);
+//! assert!(report.passed(), "{}", report.summary());
+//! ```
+
+use super::suite_property;
+use crate::laws::ode::{rotation_case, RotationCase, ORDER_BAND};
+use crate::laws::{timed, Family, DEFAULT_SEED};
+use crate::ode::fixtures::Linear;
+use crate::ode::{solve, Controller, Pid, SolveOptions, Solver, VectorField};
+use crate::reference::Result;
+use crate::subject::optimizer::SuiteReport;
+use proptest::prelude::*;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// A vector field a solver thread can own.
+pub type SharedField = Arc<dyn VectorField<f64> + Send + Sync>;
+
+/// How the solver places its steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Stepping {
+    /// Constant steps of `dt` (the sign of `t1 - t0`; the last step may be shorter).
+    Constant { dt: f64 },
+    /// Error-per-step control with relative and absolute tolerances.
+    Adaptive { rtol: f64, atol: f64 },
+}
+
+/// One initial value problem to solve: `dy/dt = f(t, y)`, `y(t0) = y0`, up to `t1`.
+#[derive(Clone)]
+pub struct SolveRequest {
+    pub field: SharedField,
+    pub t0: f64,
+    pub t1: f64,
+    pub y0: Vec<f64>,
+    pub stepping: Stepping,
+    /// Attempted steps (accepted and rejected) allowed before the solver must give up.
+    pub max_steps: usize,
+}
+
+impl std::fmt::Debug for SolveRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SolveRequest {{ t0: {}, t1: {}, y0: {:?}, {:?}, max_steps: {} }}",
+            self.t0, self.t1, self.y0, self.stepping, self.max_steps
+        )
+    }
+}
+
+/// What a solve returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SolveReport {
+    pub y_final: Vec<f64>,
+    pub accepted: usize,
+    pub rejected: usize,
+}
+
+/// A solver under test.
+pub trait OdeSolver: Send + Sync {
+    /// Name for reports (crate, method).
+    fn name(&self) -> String;
+    /// The classical order of the method, when known (the convergence law needs it).
+    fn order(&self) -> Option<u32>;
+    /// Whether it takes this kind of stepping at all (a fixed-step method has no tolerances).
+    fn supports(&self, stepping: &Stepping) -> bool;
+    /// Whether it integrates backward (`t1 < t0`).
+    fn backward(&self) -> bool {
+        true
+    }
+    /// Solve; an input the solver cannot honour must be an `Err`.
+    fn solve(&self, request: &SolveRequest) -> Result<SolveReport>;
+}
+
+/// The reference solver: one of the tableaus of [`Solver`] through [`crate::ode::solve`], with
+/// diffrax's PID controller (I-control) for adaptive stepping.
+#[derive(Debug, Clone, Copy)]
+pub struct ReferenceSolver(pub Solver);
+
+impl ReferenceSolver {
+    pub fn new(solver: Solver) -> Self {
+        Self(solver)
+    }
+}
+
+impl OdeSolver for ReferenceSolver {
+    fn name(&self) -> String {
+        format!("harness-reference {}", self.0)
+    }
+    fn order(&self) -> Option<u32> {
+        Some(self.0.tableau().order())
+    }
+    fn supports(&self, stepping: &Stepping) -> bool {
+        match stepping {
+            Stepping::Constant { .. } => true,
+            Stepping::Adaptive { .. } => self.0.tableau().b_err().is_some(),
+        }
+    }
+    fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
+        let controller = match r.stepping {
+            Stepping::Constant { dt } => Controller::constant(dt)?,
+            Stepping::Adaptive { rtol, atol } => Controller::Pid(Pid::new(rtol, atol)?),
+        };
+        let opts = SolveOptions {
+            max_steps: r.max_steps,
+            save_steps: false,
+        };
+        let sol = solve(
+            &*r.field,
+            &self.0.tableau(),
+            &controller,
+            r.t0,
+            r.t1,
+            &r.y0,
+            &opts,
+        )?;
+        Ok(SolveReport {
+            y_final: sol.y_final,
+            accepted: sol.stats.num_accepted_steps,
+            rejected: sol.stats.num_rejected_steps,
+        })
+    }
+}
+
+/// How a solve under the time limit ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Solved(SolveReport),
+    /// The solver returned an error (the expected answer to bad input).
+    Refused(String),
+    /// The solver panicked (the payload's message).
+    Panicked(String),
+    /// No answer within the limit (the thread is left behind).
+    TimedOut(Duration),
+}
+
+/// Solve `request` on its own thread, waiting at most `limit`.
+pub fn solve_within(
+    solver: &Arc<dyn OdeSolver>,
+    request: &SolveRequest,
+    limit: Duration,
+) -> Outcome {
+    let (tx, rx) = mpsc::channel();
+    let (solver, request) = (Arc::clone(solver), request.clone());
+    let spawned = std::thread::Builder::new()
+        .name("ode-subject".into())
+        .spawn(move || {
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| solver.solve(&request)));
+            let _ = tx.send(match r {
+                Ok(Ok(rep)) => Outcome::Solved(rep),
+                Ok(Err(e)) => Outcome::Refused(e.to_string()),
+                Err(p) => Outcome::Panicked(panic_message(&*p)),
+            });
+        });
+    if let Err(e) = spawned {
+        return Outcome::Refused(format!("could not start the solver thread: {e}"));
+    }
+    rx.recv_timeout(limit).unwrap_or(Outcome::TimedOut(limit))
+}
+
+/// The message of a panic payload.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}
+
+/// How the suite runs.
+#[derive(Debug, Clone, Copy)]
+pub struct SuiteOptions {
+    /// Cases per law (default 24).
+    pub cases: u32,
+    pub seed: u64,
+    /// Time limit of one solve (default 10 s).
+    pub time_limit: Duration,
+}
+
+impl Default for SuiteOptions {
+    fn default() -> Self {
+        Self {
+            cases: 24,
+            seed: DEFAULT_SEED,
+            time_limit: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Accepted global error per accepted step, in units of the local tolerance
+/// `rtol |y|max + atol`: each accepted step commits a local error below the tolerance,
+/// amplified along the solve at most by `e^{L T} <= e^4` on the suite's problems (`L <= 2`,
+/// `T <= 2`), with a factor 20 for the controllers' different error norms. The same constant
+/// bounds the round trip.
+pub const PROPORTIONALITY_K: f64 = 1e3;
+
+/// Tolerances the adaptive laws use (`atol = rtol / 100`).
+pub const SUITE_RTOLS: [f64; 2] = [1e-4, 1e-6];
+
+fn rotation(c: &RotationCase) -> Result<(SharedField, [f64; 2])> {
+    let field = Linear::damped_rotation(c.alpha, c.omega)?;
+    Ok((
+        Arc::new(field),
+        Linear::damped_rotation_exact(c.alpha, c.omega, c.y0, c.t1),
+    ))
+}
+
+fn solved(
+    solver: &Arc<dyn OdeSolver>,
+    r: &SolveRequest,
+    limit: Duration,
+) -> std::result::Result<SolveReport, String> {
+    match solve_within(solver, r, limit) {
+        Outcome::Solved(s) => Ok(s),
+        other => Err(format!("{}: {r:?} -> {other:?}", solver.name())),
+    }
+}
+
+fn distance(a: &[f64], b: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+/// Halving the constant step divides the error by `2^p`.
+pub fn convergence_order(
+    solver: &Arc<dyn OdeSolver>,
+    c: &RotationCase,
+    limit: Duration,
+) -> std::result::Result<(), String> {
+    let Some(p) = solver.order() else {
+        return Ok(());
+    };
+    let (field, exact) = rotation(c).map_err(|e| e.to_string())?;
+    let err = |steps: f64| -> std::result::Result<f64, String> {
+        let r = SolveRequest {
+            field: Arc::clone(&field),
+            t0: 0.0,
+            t1: c.t1,
+            y0: c.y0.to_vec(),
+            stepping: Stepping::Constant { dt: c.t1 / steps },
+            max_steps: 4096,
+        };
+        Ok(distance(&solved(solver, &r, limit)?.y_final, &exact))
+    };
+    let (e1, e2) = (err(16.0)?, err(32.0)?);
+    if e2 < 1e-13 {
+        return Ok(()); // at round-off: the ratio no longer measures the order
+    }
+    let p = p as f64;
+    let p_hat = (e1 / e2).log2();
+    if !(p - ORDER_BAND.0..=p + ORDER_BAND.1).contains(&p_hat) {
+        return Err(format!(
+            "{}: measured order {p_hat:.3}, expected {p} (errors {e1:e} -> {e2:e})",
+            solver.name()
+        ));
+    }
+    Ok(())
+}
+
+/// The global error of an adaptive solve is within [`PROPORTIONALITY_K`] local tolerances per
+/// accepted step, and shrinks when the tolerance shrinks 100-fold.
+pub fn tolerance_proportionality(
+    solver: &Arc<dyn OdeSolver>,
+    c: &RotationCase,
+    limit: Duration,
+) -> std::result::Result<(), String> {
+    let (field, exact) = rotation(c).map_err(|e| e.to_string())?;
+    let ymax = c.y0.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    let mut errors = Vec::new();
+    for rtol in SUITE_RTOLS {
+        let atol = rtol * 1e-2;
+        let r = SolveRequest {
+            field: Arc::clone(&field),
+            t0: 0.0,
+            t1: c.t1,
+            y0: c.y0.to_vec(),
+            stepping: Stepping::Adaptive { rtol, atol },
+            max_steps: 100_000,
+        };
+        let s = solved(solver, &r, limit)?;
+        let e = distance(&s.y_final, &exact);
+        let bound = PROPORTIONALITY_K * (rtol * ymax + atol) * s.accepted.max(1) as f64;
+        // NaN errors fail too
+        if e.is_nan() || e > bound {
+            return Err(format!(
+                "{}: rtol {rtol:e}: error {e:e} against the closed form > {bound:e} ({} accepted steps)",
+                solver.name(),
+                s.accepted
+            ));
+        }
+        errors.push(e);
+    }
+    if errors[1] > 1e-13 && errors[1] >= errors[0] {
+        return Err(format!(
+            "{}: error {:e} at rtol {:e} is not below {:e} at rtol {:e}",
+            solver.name(),
+            errors[1],
+            SUITE_RTOLS[1],
+            errors[0],
+            SUITE_RTOLS[0]
+        ));
+    }
+    Ok(())
+}
+
+/// Forward then backward (adaptive, `rtol 1e-6`) returns to `y0` within [`PROPORTIONALITY_K`]
+/// local tolerances per accepted step of both solves.
+pub fn round_trip(
+    solver: &Arc<dyn OdeSolver>,
+    c: &RotationCase,
+    limit: Duration,
+) -> std::result::Result<(), String> {
+    let (field, _) = rotation(c).map_err(|e| e.to_string())?;
+    let (rtol, atol) = (1e-6, 1e-8);
+    let request = |t0: f64, t1: f64, y0: Vec<f64>| SolveRequest {
+        field: Arc::clone(&field),
+        t0,
+        t1,
+        y0,
+        stepping: Stepping::Adaptive { rtol, atol },
+        max_steps: 100_000,
+    };
+    let fwd = solved(solver, &request(0.0, c.t1, c.y0.to_vec()), limit)?;
+    let back = solved(solver, &request(c.t1, 0.0, fwd.y_final.clone()), limit)?;
+    let ymax = c.y0.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    let steps = (fwd.accepted + back.accepted).max(1);
+    let bound = PROPORTIONALITY_K * (rtol * ymax + atol) * steps as f64;
+    let d = distance(&back.y_final, &c.y0);
+    if d.is_nan() || d > bound {
+        return Err(format!(
+            "{}: round trip missed y0 by {d:e} > {bound:e} ({steps} accepted steps)",
+            solver.name()
+        ));
+    }
+    Ok(())
+}
+
+/// The same request twice gives bit-identical answers (and step counts).
+pub fn reproducible(
+    solver: &Arc<dyn OdeSolver>,
+    c: &RotationCase,
+    limit: Duration,
+) -> std::result::Result<(), String> {
+    let (field, _) = rotation(c).map_err(|e| e.to_string())?;
+    let stepping = if solver.supports(&Stepping::Adaptive {
+        rtol: 1e-6,
+        atol: 1e-8,
+    }) {
+        Stepping::Adaptive {
+            rtol: 1e-6,
+            atol: 1e-8,
+        }
+    } else {
+        Stepping::Constant { dt: c.t1 / 7.0 }
+    };
+    let r = SolveRequest {
+        field,
+        t0: 0.0,
+        t1: c.t1,
+        y0: c.y0.to_vec(),
+        stepping,
+        max_steps: 100_000,
+    };
+    let (a, b) = (solved(solver, &r, limit)?, solved(solver, &r, limit)?);
+    let same = a.accepted == b.accepted
+        && a.rejected == b.rejected
+        && a.y_final.len() == b.y_final.len()
+        && a.y_final
+            .iter()
+            .zip(&b.y_final)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+    if !same {
+        return Err(format!("{}: {r:?} gave {a:?} then {b:?}", solver.name()));
+    }
+    Ok(())
+}
+
+/// One way of making a request invalid.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BadInput {
+    Y0(f64),
+    T0(f64),
+    T1(f64),
+    /// A non-positive or non-finite `rtol` (adaptive) or step (constant).
+    Tolerance(f64),
+    /// `t0 == t1`: not an error, but the answer must be `y0` (or an error).
+    EmptyInterval,
+    /// A budget far too small for the interval: an error, not a partial answer.
+    MaxSteps,
+}
+
+/// The bad inputs the law draws.
+pub fn bad_input() -> impl Strategy<Value = BadInput> {
+    let weird = prop_oneof![Just(f64::NAN), Just(f64::INFINITY), Just(f64::NEG_INFINITY)];
+    prop_oneof![
+        weird.clone().prop_map(BadInput::Y0),
+        weird.clone().prop_map(BadInput::T0),
+        weird.prop_map(BadInput::T1),
+        prop_oneof![Just(0.0), Just(-1e-6), Just(f64::NAN), Just(-1.0)]
+            .prop_map(BadInput::Tolerance),
+        Just(BadInput::EmptyInterval),
+        Just(BadInput::MaxSteps),
+    ]
+}
+
+/// Bad input is an error, within the time limit, never a panic or a non-finite answer.
+pub fn bad_input_is_typed_error(
+    solver: &Arc<dyn OdeSolver>,
+    b: &BadInput,
+    adaptive: bool,
+    limit: Duration,
+) -> std::result::Result<(), String> {
+    let field: SharedField = Arc::new(|_t: f64, y: &[f64], dy: &mut [f64]| {
+        for (d, v) in dy.iter_mut().zip(y) {
+            *d = -v;
+        }
+    });
+    let mut r = SolveRequest {
+        field,
+        t0: 0.0,
+        t1: 1.0,
+        y0: vec![1.0, 0.5],
+        stepping: if adaptive {
+            Stepping::Adaptive {
+                rtol: 1e-6,
+                atol: 1e-8,
+            }
+        } else {
+            Stepping::Constant { dt: 0.01 }
+        },
+        max_steps: 4096,
+    };
+    match *b {
+        BadInput::Y0(v) => r.y0[0] = v,
+        BadInput::T0(v) => r.t0 = v,
+        BadInput::T1(v) => r.t1 = v,
+        BadInput::Tolerance(v) => {
+            r.stepping = match r.stepping {
+                Stepping::Adaptive { atol, .. } => Stepping::Adaptive { rtol: v, atol },
+                Stepping::Constant { .. } => Stepping::Constant { dt: v },
+            }
+        }
+        BadInput::EmptyInterval => r.t1 = r.t0,
+        BadInput::MaxSteps => r.max_steps = 3,
+    }
+    let name = solver.name();
+    match solve_within(solver, &r, limit) {
+        Outcome::Refused(_) => Ok(()),
+        Outcome::Solved(s) if *b == BadInput::EmptyInterval => {
+            if distance(&s.y_final, &r.y0) == 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{name}: t0 == t1 returned {:?}, not y0", s.y_final))
+            }
+        }
+        Outcome::Solved(s) => Err(format!("{name}: {b:?} accepted: {r:?} -> {s:?}")),
+        Outcome::Panicked(m) => Err(format!("{name}: {b:?} panicked: {m} ({r:?})")),
+        Outcome::TimedOut(d) => Err(format!("{name}: {b:?} gave no answer within {d:?} ({r:?})")),
+    }
+}
+
+/// Run every law that applies on `solver`.
+pub fn check(solver: Arc<dyn OdeSolver>, opts: &SuiteOptions) -> SuiteReport {
+    let (cases, seed, limit) = (opts.cases, opts.seed, opts.time_limit);
+    let constant = solver.supports(&Stepping::Constant { dt: 0.1 });
+    let adaptive = solver.supports(&Stepping::Adaptive {
+        rtol: 1e-6,
+        atol: 1e-8,
+    });
+    let mut laws = Vec::new();
+    let mut not_applicable = Vec::new();
+    let mut na = |law: &str, why: &str| not_applicable.push((law.to_string(), why.to_string()));
+    let on_rotations =
+        |law: &'static str, f: &dyn Fn(&RotationCase) -> std::result::Result<(), String>| {
+            timed(law, Family::Numerics, cases, false, || {
+                suite_property(law, cases, seed, rotation_case(), f)
+            })
+        };
+    if constant && solver.order().is_some() {
+        laws.push(on_rotations("ode_convergence_order", &|c| {
+            convergence_order(&solver, c, limit)
+        }));
+    } else {
+        na(
+            "ode_convergence_order",
+            "needs constant steps and a known order",
+        );
+    }
+    if adaptive {
+        laws.push(on_rotations("ode_tolerance_proportionality", &|c| {
+            tolerance_proportionality(&solver, c, limit)
+        }));
+        if solver.backward() {
+            laws.push(on_rotations("ode_round_trip", &|c| {
+                round_trip(&solver, c, limit)
+            }));
+        } else {
+            na("ode_round_trip", "the solver does not integrate backward");
+        }
+    } else {
+        na("ode_tolerance_proportionality", "no adaptive stepping");
+        na("ode_round_trip", "no adaptive stepping");
+    }
+    laws.push(on_rotations("ode_reproducible", &|c| {
+        reproducible(&solver, c, limit)
+    }));
+    laws.push(timed(
+        "ode_bad_input_is_typed_error",
+        Family::Numerics,
+        cases,
+        false,
+        || {
+            suite_property(
+                "ode_bad_input_is_typed_error",
+                cases,
+                seed,
+                (bad_input(), any::<bool>()),
+                |(b, adaptive_case)| {
+                    bad_input_is_typed_error(
+                        &solver,
+                        b,
+                        *adaptive_case && adaptive || !constant,
+                        limit,
+                    )
+                },
+            )
+        },
+    ));
+    SuiteReport {
+        subject: solver.name(),
+        laws,
+        not_applicable,
+    }
+}

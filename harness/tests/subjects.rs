@@ -1,0 +1,438 @@
+//! The suites of `harness::subject` pass on the reference and fail, with a small
+//! counterexample, on a subject with a planted bug — one per law.
+
+harness::install_counting_allocator!();
+
+use harness::backend::{DType, Float};
+use harness::ode::{Solver, Tableau};
+use harness::optim::{self, ChainState, MomentState, NoState, Selection, Transform};
+use harness::reference::Result;
+use harness::stage::{HasSignature, LeafSig, Signature};
+use harness::subject::ode::{
+    self as ode_suite, OdeSolver, ReferenceSolver, SolveReport, SolveRequest, Stepping,
+};
+use harness::subject::optimizer::{
+    self, Algorithm, OptimizerSpec, Staged, SuiteOptions, SuiteReport,
+};
+use harness::tree::Tree;
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The suites measure memory process-wide: the tests of this binary run one at a time, so that
+/// no other test allocates during a measurement.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The failing laws of a report, by name.
+fn failed(r: &SuiteReport) -> Vec<&str> {
+    r.laws
+        .iter()
+        .filter(|l| !l.passed)
+        .map(|l| l.name.as_str())
+        .collect()
+}
+
+fn counterexample<'a>(r: &'a SuiteReport, law: &str) -> &'a str {
+    r.laws
+        .iter()
+        .find(|l| l.name == law)
+        .and_then(|l| l.counterexample.as_deref())
+        .unwrap_or_else(|| panic!("{law} has no counterexample:\n{}", r.summary()))
+}
+
+fn opts() -> SuiteOptions {
+    SuiteOptions {
+        cases: 48,
+        ..SuiteOptions::default()
+    }
+}
+
+type AdamChain = optim::Chain<optim::ScaleByAdam, optim::ScaleByLearningRate>;
+
+/// The reference Adam of a spec (RAdam unsupported).
+fn reference_adam(spec: &OptimizerSpec) -> Result<AdamChain> {
+    match spec.algorithm {
+        Algorithm::Adam => optim::adam(spec.learning_rate, spec.hyper.moments),
+        Algorithm::RAdam => Err(optimizer::unsupported(spec)),
+    }
+}
+
+#[test]
+fn optimizer_suite_passes_on_the_reference_adam_and_both_radam_forms() {
+    let _serial = serial();
+    let adam = |s: &OptimizerSpec| reference_adam(s).map(Staged::new);
+    let r = optimizer::check("reference adam", &adam, &opts());
+    assert!(r.passed(), "{}", r.summary());
+    for selection in [Selection::Where, Selection::Branch] {
+        let radam = move |s: &OptimizerSpec| match s.algorithm {
+            Algorithm::RAdam => optim::radam(s.learning_rate, s.hyper, selection).map(Staged::new),
+            Algorithm::Adam => Err(optimizer::unsupported(s)),
+        };
+        let r = optimizer::check("reference radam", &radam, &opts());
+        assert!(r.passed(), "{selection:?}: {}", r.summary());
+    }
+}
+
+/// A planted bug around a reference transform.
+#[derive(Clone, Copy, PartialEq)]
+enum Bug {
+    /// The step count joins the static key: a new trace every step.
+    CounterInKey,
+    /// Updates scaled by 1 + 1e-3: a numerical slip.
+    Scaled,
+    /// Hyperparameters never validated: the default Adam whatever was asked.
+    NoValidation,
+    /// The state carries a `count` leaf that is weak after `init` and strong after `update`.
+    WeakInit,
+    /// `0 / 0` where a gradient entry is exactly zero (an unguarded branch).
+    NanOnZeroGrad,
+    /// Keeps every update it returns (a buffer per step).
+    Leak,
+}
+
+struct Planted {
+    inner: AdamChain,
+    bug: Bug,
+    steps: Cell<u64>,
+    kept: RefCell<Vec<Vec<f64>>>,
+}
+
+#[derive(Clone, Debug)]
+struct PlantedState<S> {
+    inner: S,
+    strong: bool,
+}
+
+impl<S: HasSignature> HasSignature for PlantedState<S> {
+    fn signature(&self) -> Signature {
+        let mut s = self.inner.signature();
+        let leaf = if self.strong {
+            LeafSig::strong(&[], DType::I32)
+        } else {
+            LeafSig::weak(&[], DType::I32)
+        };
+        s.push("extra_count", leaf);
+        s
+    }
+}
+
+impl<E: Float> Transform<E> for Planted {
+    type State = PlantedState<ChainState<MomentState<E::Acc>, NoState>>;
+    fn static_key(&self) -> u64 {
+        let k = Transform::<E>::static_key(&self.inner);
+        if self.bug == Bug::CounterInKey {
+            k ^ self.steps.get()
+        } else {
+            k
+        }
+    }
+    fn init(&self, params: &Tree<E>) -> Result<Self::State> {
+        Ok(PlantedState {
+            inner: self.inner.init(params)?,
+            strong: self.bug != Bug::WeakInit,
+        })
+    }
+    fn update(&self, g: &Tree<E>, s: &Self::State, p: &Tree<E>) -> Result<(Tree<E>, Self::State)> {
+        self.steps.set(self.steps.get() + 1);
+        let (mut u, inner) = self.inner.update(g, &s.inner, p)?;
+        for (name, a) in u.iter_mut() {
+            let grads = g.get(name).expect("same leaves").data().to_vec();
+            for (x, gi) in a.data_mut().iter_mut().zip(grads) {
+                *x = match self.bug {
+                    Bug::Scaled => E::of_f64(x.as_f64() * (1.0 + 1e-3)),
+                    Bug::NanOnZeroGrad if gi.as_f64() == 0.0 => E::of_f64(0.0 / gi.as_f64()),
+                    _ => *x,
+                };
+            }
+            if self.bug == Bug::Leak {
+                self.kept
+                    .borrow_mut()
+                    .push(a.data().iter().map(|x| x.as_f64()).collect());
+            }
+        }
+        Ok((
+            u,
+            PlantedState {
+                inner,
+                strong: true,
+            },
+        ))
+    }
+}
+
+fn planted_suite(bug: Bug) -> SuiteReport {
+    let make = move |spec: &OptimizerSpec| {
+        let spec = if bug == Bug::NoValidation {
+            OptimizerSpec {
+                hyper: Default::default(),
+                learning_rate: 1e-3,
+                ..*spec
+            }
+        } else {
+            *spec
+        };
+        Ok(Staged::new(Planted {
+            inner: reference_adam(&spec)?,
+            bug,
+            steps: Cell::new(0),
+            kept: RefCell::new(Vec::new()),
+        }))
+    };
+    optimizer::check("planted", &make, &opts())
+}
+
+#[test]
+fn each_optimizer_law_fails_on_its_planted_bug_with_a_small_counterexample() {
+    let _serial = serial();
+    let cases = [
+        (Bug::CounterInKey, "optimizer_one_trace", "traced 2 times"),
+        (Bug::Scaled, "optimizer_matches_reference", "step 1"),
+        (
+            Bug::NoValidation,
+            "optimizer_rejects_invalid_hyperparameters",
+            "accepted",
+        ),
+        (
+            Bug::WeakInit,
+            "optimizer_state_signature_fixed",
+            "extra_count",
+        ),
+        (Bug::NanOnZeroGrad, "optimizer_updates_finite", "NaN"),
+        (Bug::Leak, "optimizer_live_bytes_flat", "live bytes grew"),
+    ];
+    for (bug, law, needle) in cases {
+        let r = planted_suite(bug);
+        assert!(
+            failed(&r).contains(&law),
+            "{law} did not fail:\n{}",
+            r.summary()
+        );
+        let c = counterexample(&r, law);
+        assert!(c.contains(needle), "{law}: {c}");
+        assert!(c.contains("minimal input"), "{law}: {c}");
+        println!("{law} on its planted bug:\n{c}\n");
+    }
+}
+
+#[test]
+fn a_subject_that_does_not_stage_has_the_trace_law_marked_not_applicable() {
+    let _serial = serial();
+    struct Eager(AdamChain);
+    impl<E: Float> harness::subject::Optimizer<E> for Eager {
+        type State = ChainState<MomentState<E::Acc>, NoState>;
+        fn init(&mut self, p: &Tree<E>) -> Result<Self::State> {
+            self.0.init(p)
+        }
+        fn update(
+            &mut self,
+            g: &Tree<E>,
+            s: &Self::State,
+            p: &Tree<E>,
+        ) -> Result<(Tree<E>, Self::State)> {
+            self.0.update(g, s, p)
+        }
+    }
+    let make = |s: &OptimizerSpec| reference_adam(s).map(Eager);
+    let r = optimizer::check("eager", &make, &opts());
+    assert!(r.passed(), "{}", r.summary());
+    assert!(r.laws.iter().all(|l| l.name != "optimizer_one_trace"));
+    assert!(r
+        .not_applicable
+        .iter()
+        .any(|(l, _)| l == "optimizer_one_trace"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// ODE solvers
+
+fn ode_opts() -> ode_suite::SuiteOptions {
+    ode_suite::SuiteOptions {
+        cases: 12,
+        time_limit: Duration::from_secs(5),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn ode_suite_passes_on_every_reference_method() {
+    let _serial = serial();
+    for s in Solver::ALL {
+        let r = ode_suite::check(Arc::new(ReferenceSolver::new(s)), &ode_opts());
+        assert!(r.passed(), "{}", r.summary());
+        let adaptive = s.tableau().b_err().is_some();
+        assert_eq!(
+            r.laws.len(),
+            if adaptive { 5 } else { 3 },
+            "{}",
+            r.summary()
+        );
+    }
+}
+
+/// A reference method with a planted bug.
+struct PlantedSolver {
+    method: Solver,
+    bug: SolverBug,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum SolverBug {
+    /// Claims order 5 while stepping Heun (order 2).
+    WrongOrder,
+    /// Ignores the tolerance asked: always rtol 1e-2.
+    IgnoresTolerance,
+    /// Backward solves stop one step short (the last step dropped).
+    DropsLastBackwardStep,
+    /// Adds the call count times 1 ULP to the answer.
+    NotReproducible,
+    /// Asserts that `y0` is finite (a panic instead of an error).
+    PanicsOnNan,
+    /// Never returns when a time is non-finite.
+    HangsOnInfiniteTime,
+}
+
+impl OdeSolver for PlantedSolver {
+    fn name(&self) -> String {
+        format!("planted {:?}", self.bug)
+    }
+    fn order(&self) -> Option<u32> {
+        match self.bug {
+            SolverBug::WrongOrder => Some(5),
+            _ => Some(self.method.tableau().order()),
+        }
+    }
+    fn supports(&self, s: &Stepping) -> bool {
+        ReferenceSolver(self.method).supports(s)
+    }
+    fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
+        let reference = ReferenceSolver(self.method);
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        match self.bug {
+            SolverBug::IgnoresTolerance => {
+                let mut r = r.clone();
+                if let Stepping::Adaptive { .. } = r.stepping {
+                    r.stepping = Stepping::Adaptive {
+                        rtol: 1e-2,
+                        atol: 1e-4,
+                    };
+                }
+                reference.solve(&r)
+            }
+            SolverBug::DropsLastBackwardStep if r.t1 < r.t0 => {
+                let mut short = r.clone();
+                short.t1 = r.t1 + 0.05 * (r.t0 - r.t1);
+                reference.solve(&short)
+            }
+            SolverBug::NotReproducible => reference.solve(r).map(|mut s| {
+                s.y_final[0] = f64::from_bits(s.y_final[0].to_bits() + (n % 2));
+                s
+            }),
+            SolverBug::PanicsOnNan => {
+                assert!(r.y0.iter().all(|v| v.is_finite()), "y0 must be finite");
+                reference.solve(r)
+            }
+            SolverBug::HangsOnInfiniteTime if !(r.t0.is_finite() && r.t1.is_finite()) => loop {
+                std::thread::sleep(Duration::from_millis(50));
+            },
+            _ => reference.solve(r),
+        }
+    }
+}
+
+#[test]
+fn each_ode_law_fails_on_its_planted_bug_with_a_small_counterexample() {
+    let _serial = serial();
+    let cases = [
+        (
+            Solver::Heun,
+            SolverBug::WrongOrder,
+            "ode_convergence_order",
+            "measured order",
+        ),
+        (
+            Solver::Tsit5,
+            SolverBug::IgnoresTolerance,
+            "ode_tolerance_proportionality",
+            "rtol",
+        ),
+        (
+            Solver::Dopri5,
+            SolverBug::DropsLastBackwardStep,
+            "ode_round_trip",
+            "round trip missed",
+        ),
+        (
+            Solver::Tsit5,
+            SolverBug::NotReproducible,
+            "ode_reproducible",
+            "then",
+        ),
+        (
+            Solver::Tsit5,
+            SolverBug::PanicsOnNan,
+            "ode_bad_input_is_typed_error",
+            "panicked",
+        ),
+        (
+            Solver::Bosh3,
+            SolverBug::HangsOnInfiniteTime,
+            "ode_bad_input_is_typed_error",
+            "no answer within",
+        ),
+    ];
+    for (method, bug, law, needle) in cases {
+        let solver = Arc::new(PlantedSolver {
+            method,
+            bug,
+            calls: Default::default(),
+        });
+        let opts = ode_suite::SuiteOptions {
+            time_limit: Duration::from_millis(if bug == SolverBug::HangsOnInfiniteTime {
+                300
+            } else {
+                5000
+            }),
+            ..ode_opts()
+        };
+        let r = ode_suite::check(solver, &opts);
+        assert!(
+            failed(&r).contains(&law),
+            "{bug:?}: {law} did not fail:\n{}",
+            r.summary()
+        );
+        let c = counterexample(&r, law);
+        assert!(c.contains(needle), "{law}: {c}");
+        println!("{law} on {bug:?}:\n{c}\n");
+    }
+}
+
+#[test]
+fn a_custom_tableau_runs_through_the_reference_stepper_and_is_judged_by_its_claimed_order() {
+    let _serial = serial();
+    // Heun's weights with one perturbed: still consistent (weights sum to 1) but only first
+    // order; the convergence law catches the claimed order 2.
+    let heun = Solver::Heun.tableau();
+    let bad = Tableau::new(
+        "heun-perturbed",
+        heun.c().to_vec(),
+        (0..heun.stages()).map(|i| heun.a(i).to_vec()).collect(),
+        vec![0.6, 0.4],
+        heun.b_err().map(|e| e.to_vec()),
+        heun.order(),
+        heun.fsal(),
+    )
+    .unwrap();
+    let c = harness::laws::ode::RotationCase {
+        alpha: 0.5,
+        omega: 1.0,
+        y0: [1.0, 0.0],
+        t1: 2.0,
+    };
+    let e = harness::laws::ode::convergence_order_of(&c, &[bad]).unwrap_err();
+    assert!(e.contains("measured order"), "{e}");
+}

@@ -4,7 +4,7 @@ use crate::backend::{Array, DType, Float};
 use crate::tolerance::Tol;
 use crate::tree::Tree;
 use crate::{Error, Result};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// A parsed case: the common fields, and the whole document for the kind-specific replay.
 #[derive(Debug, Clone)]
@@ -30,10 +30,11 @@ impl Case {
             .as_object()
             .ok_or_else(|| err("top level is not an object".into()))?;
         let s = |k: &str| -> Result<String> {
-            obj.get(k)
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .ok_or_else(|| err(format!("missing string field `{k}`")))
+            match obj.get(k) {
+                None => Err(err(format!("missing field `{k}`"))),
+                Some(Value::String(v)) => Ok(v.clone()),
+                Some(v) => Err(err(format!("`{k}` must be a string, got {}", kind_of(v)))),
+            }
         };
         let format = s("format")?;
         if format != "golden-v1" {
@@ -81,6 +82,118 @@ impl Case {
             .pointer(&format!("/{path}"))
             .ok_or_else(|| self.err(format!("missing field `{}`", path.replace('/', "."))))
     }
+
+    /// `v` (at `path`) as an object.
+    pub fn obj<'v>(&self, v: &'v Value, path: &str) -> Result<&'v Map<String, Value>> {
+        v.as_object()
+            .ok_or_else(|| self.err(format!("`{path}` must be an object, got {}", kind_of(v))))
+    }
+
+    /// Field `key` of the object `o` at `path` (`path` empty for the top level).
+    pub fn field<'v>(&self, o: &'v Map<String, Value>, key: &str, path: &str) -> Result<&'v Value> {
+        o.get(key)
+            .ok_or_else(|| self.err(format!("missing field `{}`", join(path, key))))
+    }
+
+    /// `v` (at `path`) as a string.
+    pub fn string<'v>(&self, v: &'v Value, path: &str) -> Result<&'v str> {
+        v.as_str()
+            .ok_or_else(|| self.err(format!("`{path}` must be a string, got {}", kind_of(v))))
+    }
+
+    /// `v` (at `path`) as a golden number ([`parse_number`]).
+    pub fn num(&self, v: &Value, path: &str) -> Result<f64> {
+        match v {
+            Value::Number(x) => x
+                .as_f64()
+                .ok_or_else(|| self.err(format!("`{path}` is not representable as f64"))),
+            Value::String(s) => parse_number(v).ok_or_else(|| {
+                self.err(format!(
+                    "`{path}` must be a number or \"nan\"/\"inf\"/\"-inf\", got {s:?}"
+                ))
+            }),
+            _ => Err(self.err(format!("`{path}` must be a number, got {}", kind_of(v)))),
+        }
+    }
+
+    /// Field `key` of `o` as a number, or `None` when it is absent or `null`.
+    pub fn opt_num(&self, o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<f64>> {
+        match o.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => self.num(v, &join(path, key)).map(Some),
+        }
+    }
+
+    /// `v` (at `path`) as a non-negative integer (a step or evaluation count).
+    pub fn count(&self, v: &Value, path: &str) -> Result<u64> {
+        v.as_u64().ok_or_else(|| {
+            self.err(format!(
+                "`{path}` must be a non-negative integer, got {}",
+                kind_of(v)
+            ))
+        })
+    }
+
+    /// A tensor `{"shape": [...], "data": [...]}` at `path`: its shape and row-major data, the
+    /// data length checked against the shape.
+    pub fn tensor(&self, v: &Value, path: &str) -> Result<(Vec<usize>, Vec<f64>)> {
+        let o = self.obj(v, path)?;
+        let shape: Vec<usize> = self
+            .field(o, "shape", path)?
+            .as_array()
+            .ok_or_else(|| self.err(format!("`{path}.shape` must be an array")))?
+            .iter()
+            .map(|d| {
+                d.as_u64()
+                    .and_then(|d| usize::try_from(d).ok())
+                    .ok_or_else(|| {
+                        self.err(format!(
+                            "`{path}.shape` entries must be non-negative integers, got {d}"
+                        ))
+                    })
+            })
+            .collect::<Result<_>>()?;
+        let data: Vec<f64> = self
+            .field(o, "data", path)?
+            .as_array()
+            .ok_or_else(|| self.err(format!("`{path}.data` must be an array")))?
+            .iter()
+            .enumerate()
+            .map(|(i, x)| self.num(x, &format!("{path}.data[{i}]")))
+            .collect::<Result<_>>()?;
+        let numel = shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| self.err(format!("`{path}.shape` {shape:?} overflows")))?;
+        if numel != data.len() {
+            return Err(self.err(format!(
+                "`{path}` has {} data elements but shape {shape:?} needs {numel}",
+                data.len()
+            )));
+        }
+        Ok((shape, data))
+    }
+}
+
+/// `path.key`, or `key` at the top level.
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// The JSON type of `v`, for error messages.
+pub fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// A golden number: a JSON number or one of `"nan"`, `"inf"`, `"-inf"`.
@@ -99,31 +212,9 @@ pub fn parse_number(v: &Value) -> Option<f64> {
 
 /// A tensor `{"shape": [...], "data": [...]}` in element type `E` (values rounded to `E`).
 pub fn parse_tensor<E: Float>(case: &Case, v: &Value, what: &str) -> Result<Array<E>> {
-    let shape = v
-        .get("shape")
-        .and_then(Value::as_array)
-        .ok_or_else(|| case.err(format!("{what}: missing `shape` list")))?
-        .iter()
-        .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
-        .collect::<Option<Vec<usize>>>()
-        .ok_or_else(|| {
-            case.err(format!(
-                "{what}: shape entries must be non-negative integers"
-            ))
-        })?;
-    let data = v
-        .get("data")
-        .and_then(Value::as_array)
-        .ok_or_else(|| case.err(format!("{what}: missing `data` list")))?
-        .iter()
-        .map(|x| parse_number(x).map(E::of_f64))
-        .collect::<Option<Vec<E>>>()
-        .ok_or_else(|| {
-            case.err(format!(
-                "{what}: data entries must be numbers or \"nan\"/\"inf\"/\"-inf\""
-            ))
-        })?;
-    Array::new(shape, data).map_err(|e| case.err(format!("{what}: {e}")))
+    let (shape, data) = case.tensor(v, what)?;
+    Array::new(shape, data.into_iter().map(E::of_f64).collect())
+        .map_err(|e| case.err(format!("{what}: {e}")))
 }
 
 /// A tree: a JSON object from leaf name to tensor.

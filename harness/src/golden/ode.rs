@@ -1,225 +1,25 @@
 //! Golden-v1 replay for `kind = "ode"`: parse a case, solve it with the reference solver, and
-//! compare step counts exactly and `ts`/`ys` within the case's tolerance.
+//! compare step counts exactly and `ts`/`ys` within the case's tolerance, through the same
+//! [`Case`] walker and [`Comparator`] as every other kind.
 //!
-//! The comparison rule is golden-v1's: a finite expected value passes when
-//! `|got - want| <= atol + rtol*|want|`; an infinite one only when `got` is the same infinity;
-//! NaN only when `got` is NaN. Counts (`num_accepted_steps`, `num_rejected_steps`, `num_steps`)
-//! must be equal. A `float32` case is solved in f32 (time included — diffrax would keep time in
-//! f64 under `jax_enable_x64`, so f32 cases may need a looser tolerance than f64 ones).
-//!
-//! Guarantees: malformed JSON never panics — every missing field, wrong type, bad tensor shape or
-//! unknown name is an [`Error::Golden`] naming the case and the JSON path; invalid settings
-//! inside a well-formed case surface as the solver's own typed errors.
+//! A `float32` case is solved in f32 (time included, as the generators run diffrax with f32
+//! times). Malformed JSON never panics: every missing field, wrong type, bad tensor shape or
+//! unknown name is an [`Error::Golden`] naming the file and the JSON path; invalid settings
+//! inside a well-formed case are the solver's own typed errors.
 //!
 //! # References
 //! - `docs/GOLDEN-FORMAT.md` (golden-v1, kind `ode`).
 //! - diffrax 0.7.2 `diffeqsolve(..., saveat=SaveAt(steps=True))`, whose output the cases record.
 
+use super::format::Case;
+use super::Comparator;
 use crate::backend::{DType, Real};
 use crate::ode::fixtures::{ForcedDecay, Linear, LotkaVolterra, VanDerPol};
 use crate::ode::{
     solve, Constant, Controller, InitialStep, Pid, SolveOptions, Solver, Stats, VectorField,
 };
-use crate::{Error, Result};
+use crate::Result;
 use serde_json::{Map, Value};
-
-/// Comparison of one real-valued field (`ts` or `ys`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FieldCheck {
-    /// `"ts"` or `"ys"`.
-    pub field: &'static str,
-    pub passed: bool,
-    /// Number of element pairs compared (the common prefix when lengths differ).
-    pub compared: usize,
-    /// Largest `|got - want|` over finite expected values (inf when `got` is not finite there).
-    pub max_abs_err: f64,
-    /// Largest `|got - want| / |want|` over finite expected values (inf for a miss at `want = 0`).
-    pub max_rel_err: f64,
-    /// The first failing element, or a length mismatch, in words.
-    pub first_mismatch: Option<String>,
-    /// `|got - want| / (atol + rtol*|want|)` of every finite expected value compared.
-    pub error_ratios: Vec<f64>,
-}
-
-/// Comparison of one integer count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CountCheck {
-    pub field: &'static str,
-    pub got: u64,
-    pub want: u64,
-}
-
-impl CountCheck {
-    /// Counts must be equal.
-    pub fn passed(&self) -> bool {
-        self.got == self.want
-    }
-}
-
-/// The outcome of replaying one `ode` golden case.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GoldenOdeReport {
-    pub name: String,
-    pub dtype: DType,
-    pub solver: Solver,
-    pub rtol: f64,
-    pub atol: f64,
-    pub counts: Vec<CountCheck>,
-    pub ts: FieldCheck,
-    pub ys: FieldCheck,
-}
-
-impl GoldenOdeReport {
-    /// Every count equal and every value within tolerance.
-    pub fn passed(&self) -> bool {
-        self.counts.iter().all(CountCheck::passed) && self.ts.passed && self.ys.passed
-    }
-
-    /// One line per failing check (empty when the case passed).
-    pub fn detail(&self) -> String {
-        let mut out = Vec::new();
-        for c in self.counts.iter().filter(|c| !c.passed()) {
-            out.push(format!("{}: got {}, want {}", c.field, c.got, c.want));
-        }
-        for f in [&self.ts, &self.ys] {
-            if let Some(m) = &f.first_mismatch {
-                out.push(m.clone());
-            }
-        }
-        out.join("\n")
-    }
-}
-
-impl std::fmt::Display for GoldenOdeReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} [{} {}]: {} (ts max abs {:.3e} rel {:.3e}; ys max abs {:.3e} rel {:.3e})",
-            self.name,
-            self.solver,
-            self.dtype,
-            if self.passed() { "pass" } else { "FAIL" },
-            self.ts.max_abs_err,
-            self.ts.max_rel_err,
-            self.ys.max_abs_err,
-            self.ys.max_rel_err,
-        )?;
-        if !self.passed() {
-            write!(f, "\n{}", self.detail())?;
-        }
-        Ok(())
-    }
-}
-
-/// Parse-time context: the case name for error messages.
-struct Ctx {
-    name: String,
-}
-
-impl Ctx {
-    fn err(&self, msg: impl Into<String>) -> Error {
-        Error::Golden {
-            file: self.name.clone(),
-            msg: msg.into(),
-        }
-    }
-
-    fn obj<'v>(&self, v: &'v Value, path: &str) -> Result<&'v Map<String, Value>> {
-        v.as_object()
-            .ok_or_else(|| self.err(format!("`{path}` must be an object, got {}", kind_of(v))))
-    }
-
-    fn field<'v>(&self, o: &'v Map<String, Value>, key: &str, path: &str) -> Result<&'v Value> {
-        o.get(key)
-            .ok_or_else(|| self.err(format!("missing field `{path}.{key}`")))
-    }
-
-    fn str<'v>(&self, v: &'v Value, path: &str) -> Result<&'v str> {
-        v.as_str()
-            .ok_or_else(|| self.err(format!("`{path}` must be a string, got {}", kind_of(v))))
-    }
-
-    /// A golden-v1 number: a JSON number or one of `"nan"`, `"inf"`, `"-inf"`.
-    fn num(&self, v: &Value, path: &str) -> Result<f64> {
-        match v {
-            Value::Number(x) => x
-                .as_f64()
-                .ok_or_else(|| self.err(format!("`{path}` is not representable as f64"))),
-            Value::String(s) => match s.as_str() {
-                "nan" => Ok(f64::NAN),
-                "inf" => Ok(f64::INFINITY),
-                "-inf" => Ok(f64::NEG_INFINITY),
-                _ => Err(self.err(format!(
-                    "`{path}` must be a number or \"nan\"/\"inf\"/\"-inf\", got {s:?}"
-                ))),
-            },
-            _ => Err(self.err(format!("`{path}` must be a number, got {}", kind_of(v)))),
-        }
-    }
-
-    /// A number, or `None` for an absent key or JSON `null`.
-    fn opt_num(&self, o: &Map<String, Value>, key: &str, path: &str) -> Result<Option<f64>> {
-        match o.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => self.num(v, &format!("{path}.{key}")).map(Some),
-        }
-    }
-
-    fn count(&self, v: &Value, path: &str) -> Result<u64> {
-        v.as_u64()
-            .ok_or_else(|| self.err(format!("`{path}` must be a non-negative integer, got {v}")))
-    }
-
-    /// A tensor `{"shape": [...], "data": [...]}`: its shape and row-major data.
-    fn tensor(&self, v: &Value, path: &str) -> Result<(Vec<usize>, Vec<f64>)> {
-        let o = self.obj(v, path)?;
-        let shape_v = self.field(o, "shape", path)?;
-        let shape: Vec<usize> = shape_v
-            .as_array()
-            .ok_or_else(|| self.err(format!("`{path}.shape` must be an array")))?
-            .iter()
-            .map(|d| {
-                d.as_u64()
-                    .and_then(|d| usize::try_from(d).ok())
-                    .ok_or_else(|| {
-                        self.err(format!(
-                            "`{path}.shape` entries must be non-negative integers, got {d}"
-                        ))
-                    })
-            })
-            .collect::<Result<_>>()?;
-        let data: Vec<f64> = self
-            .field(o, "data", path)?
-            .as_array()
-            .ok_or_else(|| self.err(format!("`{path}.data` must be an array")))?
-            .iter()
-            .enumerate()
-            .map(|(i, x)| self.num(x, &format!("{path}.data[{i}]")))
-            .collect::<Result<_>>()?;
-        let numel = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| self.err(format!("`{path}.shape` {shape:?} overflows")))?;
-        if numel != data.len() {
-            return Err(self.err(format!(
-                "`{path}` has {} data elements but shape {shape:?} needs {numel}",
-                data.len()
-            )));
-        }
-        Ok((shape, data))
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
 
 /// The golden-v1 ODE problems, dispatching to the fixtures.
 #[derive(Debug, Clone, PartialEq)]
@@ -251,10 +51,7 @@ impl<A: Real> VectorField<A> for GoldenProblem {
 
 /// A parsed `ode` case.
 struct OdeCase {
-    name: String,
     dtype: DType,
-    rtol: f64,
-    atol: f64,
     problem: GoldenProblem,
     solver: Solver,
     controller: Controller,
@@ -266,9 +63,9 @@ struct OdeCase {
     want_counts: [u64; 3],
 }
 
-fn parse_problem(cx: &Ctx, v: &Value) -> Result<GoldenProblem> {
+fn parse_problem(cx: &Case, v: &Value) -> Result<GoldenProblem> {
     let o = cx.obj(v, "problem")?;
-    let name = cx.str(cx.field(o, "name", "problem")?, "problem.name")?;
+    let name = cx.string(cx.field(o, "name", "problem")?, "problem.name")?;
     let empty = Map::new();
     let args = match o.get("args") {
         None | Some(Value::Null) => &empty,
@@ -304,9 +101,9 @@ fn parse_problem(cx: &Ctx, v: &Value) -> Result<GoldenProblem> {
     })
 }
 
-fn parse_controller(cx: &Ctx, v: &Value) -> Result<Controller> {
+fn parse_controller(cx: &Case, v: &Value) -> Result<Controller> {
     let o = cx.obj(v, "controller")?;
-    let ty = cx.str(cx.field(o, "type", "controller")?, "controller.type")?;
+    let ty = cx.string(cx.field(o, "type", "controller")?, "controller.type")?;
     let num = |k: &str| cx.num(cx.field(o, k, "controller")?, &format!("controller.{k}"));
     let opt = |k: &str| cx.opt_num(o, k, "controller");
     match ty {
@@ -344,45 +141,15 @@ fn parse_controller(cx: &Ctx, v: &Value) -> Result<Controller> {
     }
 }
 
-fn parse_case(case: &Value) -> Result<OdeCase> {
-    let name = case
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or("<unnamed ode case>")
-        .to_string();
-    let cx = Ctx { name: name.clone() };
-    let o = cx.obj(case, "<case>")?;
-    let format = cx.str(cx.field(o, "format", "<case>")?, "format")?;
-    if format != "golden-v1" {
-        return Err(cx.err(format!("`format` must be \"golden-v1\", got {format:?}")));
-    }
-    cx.str(cx.field(o, "name", "<case>")?, "name")?;
-    let kind = cx.str(cx.field(o, "kind", "<case>")?, "kind")?;
-    if kind != "ode" {
-        return Err(cx.err(format!(
-            "`kind` must be \"ode\" for an ODE replay, got {kind:?}"
-        )));
-    }
-    let dtype = match cx.str(cx.field(o, "dtype", "<case>")?, "dtype")? {
-        "float32" => DType::F32,
-        "float64" => DType::F64,
-        other => return Err(cx.err(format!("`dtype` must be float32 or float64, got {other:?}"))),
-    };
-    let tol = cx.obj(cx.field(o, "tolerance", "<case>")?, "tolerance")?;
-    let rtol = cx.num(cx.field(tol, "rtol", "tolerance")?, "tolerance.rtol")?;
-    let atol = cx.num(cx.field(tol, "atol", "tolerance")?, "tolerance.atol")?;
-    if !(rtol.is_finite() && rtol >= 0.0 && atol.is_finite() && atol >= 0.0) {
-        return Err(cx.err(format!(
-            "tolerance must be finite and >= 0, got rtol {rtol}, atol {atol}"
-        )));
-    }
-    let problem = parse_problem(&cx, cx.field(o, "problem", "<case>")?)?;
-    let solver = Solver::parse(cx.str(cx.field(o, "solver", "<case>")?, "solver")?)?;
-    let controller = parse_controller(&cx, cx.field(o, "controller", "<case>")?)?;
-    let t0 = cx.num(cx.field(o, "t0", "<case>")?, "t0")?;
-    let t1 = cx.num(cx.field(o, "t1", "<case>")?, "t1")?;
-    let (y0_shape, y0) = cx.tensor(cx.field(o, "y0", "<case>")?, "y0")?;
-    let exp = cx.obj(cx.field(o, "expected", "<case>")?, "expected")?;
+fn parse_case(cx: &Case) -> Result<OdeCase> {
+    let o = cx.obj(&cx.doc, "")?;
+    let problem = parse_problem(cx, cx.field(o, "problem", "")?)?;
+    let solver = Solver::parse(cx.string(cx.field(o, "solver", "")?, "solver")?)?;
+    let controller = parse_controller(cx, cx.field(o, "controller", "")?)?;
+    let t0 = cx.num(cx.field(o, "t0", "")?, "t0")?;
+    let t1 = cx.num(cx.field(o, "t1", "")?, "t1")?;
+    let (y0_shape, y0) = cx.tensor(cx.field(o, "y0", "")?, "y0")?;
+    let exp = cx.obj(cx.field(o, "expected", "")?, "expected")?;
     let (ts_shape, want_ts) = cx.tensor(cx.field(exp, "ts", "expected")?, "expected.ts")?;
     if ts_shape.len() != 1 {
         return Err(cx.err(format!("`expected.ts` must be 1-d, got shape {ts_shape:?}")));
@@ -404,10 +171,7 @@ fn parse_case(case: &Value) -> Result<OdeCase> {
         *slot = cx.count(cx.field(exp, key, "expected")?, &format!("expected.{key}"))?;
     }
     Ok(OdeCase {
-        name,
-        dtype,
-        rtol,
-        atol,
+        dtype: cx.dtype,
         problem,
         solver,
         controller,
@@ -437,161 +201,116 @@ fn run_in<A: Real>(c: &OdeCase) -> Result<(Vec<f64>, Vec<f64>, Stats)> {
     Ok((ts, ys, sol.stats))
 }
 
-/// Compare `got` with `want` element-wise under golden-v1's rule. `label(i)` names element `i`.
-fn compare(
-    field: &'static str,
-    got: &[f64],
-    want: &[f64],
-    rtol: f64,
-    atol: f64,
-    label: impl Fn(usize) -> String,
-) -> FieldCheck {
-    let mut check = FieldCheck {
-        field,
-        passed: true,
-        compared: got.len().min(want.len()),
-        max_abs_err: 0.0,
-        max_rel_err: 0.0,
-        first_mismatch: None,
-        error_ratios: Vec::with_capacity(got.len().min(want.len())),
-    };
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else if w.is_infinite() {
-            g == w
-        } else {
-            let d = (g - w).abs();
-            let d = if d.is_nan() { f64::INFINITY } else { d };
-            check.max_abs_err = check.max_abs_err.max(d);
-            let rel = if w == 0.0 {
-                if d == 0.0 {
-                    0.0
-                } else {
-                    f64::INFINITY
-                }
-            } else {
-                d / w.abs()
-            };
-            check.max_rel_err = check.max_rel_err.max(rel);
-            let tol = atol + rtol * w.abs();
-            check.error_ratios.push(match d {
-                0.0 => 0.0,
-                _ if tol == 0.0 => f64::INFINITY,
-                _ => d / tol,
-            });
-            d <= atol + rtol * w.abs()
-        };
-        if !ok {
-            check.passed = false;
-            if check.first_mismatch.is_none() {
-                check.first_mismatch = Some(format!(
-                    "{}: got {g:e}, want {w:e} (|diff| {:.3e} > atol + rtol*|want| = {:.3e})",
-                    label(i),
-                    (g - w).abs(),
-                    atol + rtol * w.abs()
-                ));
-            }
-        }
-    }
-    if got.len() != want.len() {
-        check.passed = false;
-        let msg = format!("{field}: got {} elements, want {}", got.len(), want.len());
-        check.first_mismatch = Some(match check.first_mismatch.take() {
-            Some(m) => format!("{msg}; first value mismatch {m}"),
-            None => msg,
-        });
-    }
-    check
-}
-
-/// Replay one golden-v1 `ode` case (the parsed JSON document) and compare with its expectations.
+/// Replay one `ode` case: the three step counts must be equal, then every `ts` and `ys` value
+/// within the case's tolerance (a length mismatch is a failure of its own).
 ///
 /// ```
+/// use harness::golden::{load, replay};
 /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/golden/ode-lv-tsit5-pid.json");
-/// let case: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-/// let report = harness::golden::replay_golden(&case)?;
-/// assert!(report.passed(), "{report}");
+/// let result = replay(&load(std::path::Path::new(path))?)?;
+/// assert!(result.passed, "{}", result.detail);
 /// # Ok::<(), harness::Error>(())
 /// ```
-pub fn replay_golden(case: &Value) -> Result<GoldenOdeReport> {
+pub fn replay(case: &Case, cmp: &mut Comparator) -> Result<()> {
     let c = parse_case(case)?;
     let (ts, ys, stats) = match c.dtype {
         DType::F32 => run_in::<f32>(&c)?,
         _ => run_in::<f64>(&c)?,
     };
-    let d = c.y0.len().max(1);
-    let counts = vec![
-        CountCheck {
-            field: "num_accepted_steps",
-            got: stats.num_accepted_steps as u64,
-            want: c.want_counts[0],
-        },
-        CountCheck {
-            field: "num_rejected_steps",
-            got: stats.num_rejected_steps as u64,
-            want: c.want_counts[1],
-        },
-        CountCheck {
-            field: "num_steps",
-            got: stats.num_steps as u64,
-            want: c.want_counts[2],
-        },
+    let got = [
+        stats.num_accepted_steps,
+        stats.num_rejected_steps,
+        stats.num_steps,
     ];
-    Ok(GoldenOdeReport {
-        ts: compare("ts", &ts, &c.want_ts, c.rtol, c.atol, |i| {
-            format!("ts[{i}]")
-        }),
-        ys: compare("ys", &ys, &c.want_ys, c.rtol, c.atol, |i| {
-            format!("ys[{}][{}]", i / d, i % d)
-        }),
-        name: c.name,
-        dtype: c.dtype,
-        solver: c.solver,
-        rtol: c.rtol,
-        atol: c.atol,
-        counts,
-    })
+    for ((field, got), want) in ["num_accepted_steps", "num_rejected_steps", "num_steps"]
+        .into_iter()
+        .zip(got)
+        .zip(c.want_counts)
+    {
+        cmp.exact(|| field.to_string(), got as i64, want as i64);
+    }
+    let d = c.y0.len().max(1);
+    for (field, got, want) in [("ts", &ts, &c.want_ts), ("ys", &ys, &c.want_ys)] {
+        if got.len() != want.len() {
+            cmp.fail(format!(
+                "{field}: got {} elements, want {}",
+                got.len(),
+                want.len()
+            ));
+        }
+        for (i, (&g, &w)) in got.iter().zip(want.iter()).enumerate() {
+            let what = || match field {
+                "ts" => format!("ts[{i}]"),
+                _ => format!("ys[{}][{}]", i / d, i % d),
+            };
+            cmp.value(what, g, w);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::reference::Error as RefError;
+    use crate::Error;
+    use serde_json::json;
 
     /// The workspace's golden cases (the three ODE examples among them).
     const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/golden/");
 
-    fn load(file: &str) -> Value {
+    fn doc(file: &str) -> Value {
         let path = format!("{EXAMPLES}{file}");
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path} is not JSON: {e}"))
     }
 
-    fn replay_passes(file: &str) -> GoldenOdeReport {
-        let report = replay_golden(&load(file)).unwrap();
-        eprintln!("{report}");
-        assert!(report.passed(), "{report}");
-        report
+    fn case_of(doc: &Value) -> Result<Case> {
+        Case::parse("case.json", &doc.to_string())
+    }
+
+    /// Replay a document: the comparator, or the format/solver error.
+    fn replay_doc(doc: &Value) -> Result<Comparator> {
+        let case = case_of(doc)?;
+        let mut cmp = Comparator::new(case.tolerance);
+        replay(&case, &mut cmp)?;
+        Ok(cmp)
+    }
+
+    /// Replay a committed case, which must pass; its step counts.
+    fn replay_passes(file: &str) -> Stats {
+        let cmp = replay_doc(&doc(file)).unwrap();
+        assert!(cmp.passed(), "{file}: {}", cmp.detail());
+        let c = parse_case(&case_of(&doc(file)).unwrap()).unwrap();
+        run_in::<f64>(&c).unwrap().2
+    }
+
+    /// A format-check case with no kind-specific fields, for the parser tests.
+    fn stub() -> Case {
+        case_of(
+            &json!({"format": "golden-v1", "name": "t", "kind": "ode", "dtype": "float64",
+                        "tolerance": {"rtol": 0.0, "atol": 0.0}}),
+        )
+        .unwrap()
     }
 
     #[test]
     fn dopri5_matches_golden_linear_pid_case() {
-        let r = replay_passes("ode-linear-dopri5-pid.json");
-        assert_eq!(r.counts[1].got, 1, "the case has one rejected step");
+        let s = replay_passes("ode-linear-dopri5-pid.json");
+        assert_eq!(s.num_rejected_steps, 1, "the case has one rejected step");
     }
 
     #[test]
     fn tsit5_matches_golden_lv_case() {
-        let r = replay_passes("ode-lv-tsit5-pid.json");
-        assert_eq!((r.counts[0].got, r.counts[1].got), (43, 8));
+        let s = replay_passes("ode-lv-tsit5-pid.json");
+        assert_eq!((s.num_accepted_steps, s.num_rejected_steps), (43, 8));
     }
 
     #[test]
     fn heun_matches_golden_vdp_constant_case() {
-        let r = replay_passes("ode-vdp-heun-const.json");
-        assert_eq!(r.counts[0].got, 40);
+        let s = replay_passes("ode-vdp-heun-const.json");
+        assert_eq!(s.num_accepted_steps, 40);
     }
 
     /// The `expected.ts` numbers of a case file parsed from the raw text with Rust's correctly
@@ -609,14 +328,18 @@ mod tests {
             .collect()
     }
 
+    fn solved_ts(file: &str) -> Vec<f64> {
+        let c = parse_case(&case_of(&doc(file)).unwrap()).unwrap();
+        run_in::<f64>(&c).unwrap().0
+    }
+
     #[test]
     fn constant_step_times_are_bit_identical_to_golden_vdp_case() {
         // Stronger than the tolerance: the endpoint rule reproduces diffrax's times exactly,
         // including 0.15000000000000002 at step 3 and 0.9500000000000001 at step 19 (the
         // reciprocal form; `t0 + (t1-t0)*(k/n)` differs at 15 of the 40 steps).
-        let c = parse_case(&load("ode-vdp-heun-const.json")).unwrap();
-        let (ts, _, _) = run_in::<f64>(&c).unwrap();
-        assert_eq!(ts, exact_expected_ts("ode-vdp-heun-const.json"));
+        let file = "ode-vdp-heun-const.json";
+        assert_eq!(solved_ts(file), exact_expected_ts(file));
     }
 
     #[test]
@@ -626,8 +349,7 @@ mod tests {
         // ULP differences to ~1e-10 relative in the scaled error and hence in the next step.
         // Measured: ts rel <= 3e-11, ys rel <= 6e-10, against the cases' rtol 1e-8.
         for file in ["ode-linear-dopri5-pid.json", "ode-lv-tsit5-pid.json"] {
-            let c = parse_case(&load(file)).unwrap();
-            let (ts, _, _) = run_in::<f64>(&c).unwrap();
+            let ts = solved_ts(file);
             let want = exact_expected_ts(file);
             assert_eq!(
                 ts.first(),
@@ -650,77 +372,70 @@ mod tests {
 
     #[test]
     fn a_perturbed_expectation_is_reported_with_its_first_mismatch() {
-        let mut case = load("ode-vdp-heun-const.json");
-        case["expected"]["ys"]["data"][7] = serde_json::json!(1.0);
-        case["expected"]["num_rejected_steps"] = serde_json::json!(2);
-        let r = replay_golden(&case).unwrap();
-        assert!(!r.passed());
-        assert!(r.ts.passed);
-        assert!(!r.ys.passed);
+        let mut case = doc("ode-vdp-heun-const.json");
+        case["expected"]["ys"]["data"][7] = json!(1.0);
+        let cmp = replay_doc(&case).unwrap();
+        assert!(!cmp.passed());
         assert!(
-            r.ys.first_mismatch
-                .as_deref()
-                .unwrap()
-                .starts_with("ys[3][1]"),
+            cmp.detail().starts_with("1 mismatch(es); first: ys[3][1]"),
             "{}",
-            r.detail()
+            cmp.detail()
         );
+        case["expected"]["num_rejected_steps"] = json!(2);
+        let cmp = replay_doc(&case).unwrap();
         assert!(
-            r.detail().contains("num_rejected_steps: got 0, want 2"),
+            cmp.detail().contains("num_rejected_steps: got 0, want 2"),
             "{}",
-            r.detail()
+            cmp.detail()
         );
     }
 
     #[test]
     fn extra_or_missing_steps_fail_on_length() {
-        let mut case = load("ode-vdp-heun-const.json");
-        case["expected"]["ts"]["shape"] = serde_json::json!([39]);
+        let mut case = doc("ode-vdp-heun-const.json");
+        case["expected"]["ts"]["shape"] = json!([39]);
         case["expected"]["ts"]["data"].as_array_mut().unwrap().pop();
-        case["expected"]["ys"]["shape"] = serde_json::json!([39, 2]);
+        case["expected"]["ys"]["shape"] = json!([39, 2]);
         let ys = case["expected"]["ys"]["data"].as_array_mut().unwrap();
         ys.pop();
         ys.pop();
-        let r = replay_golden(&case).unwrap();
-        assert!(!r.ts.passed && !r.ys.passed);
-        assert!(r
-            .ts
-            .first_mismatch
-            .unwrap()
-            .contains("got 40 elements, want 39"));
+        let cmp = replay_doc(&case).unwrap();
+        assert!(!cmp.passed());
+        assert!(
+            cmp.detail().contains("ts: got 40 elements, want 39"),
+            "{}",
+            cmp.detail()
+        );
     }
 
-    fn golden_msg(r: Result<GoldenOdeReport>) -> String {
+    fn golden_msg(r: Result<Comparator>) -> String {
         match r {
-            Err(Error::Golden { msg, .. }) => msg,
+            Err(Error::Golden { file, msg }) => {
+                assert_eq!(file, "case.json", "the error names the file");
+                msg
+            }
             other => panic!("expected Error::Golden, got {other:?}"),
         }
     }
 
     #[test]
-    fn malformed_cases_are_typed_errors_not_panics() {
-        let good = load("ode-lv-tsit5-pid.json");
+    fn malformed_cases_are_typed_errors_naming_the_file_not_panics() {
+        let good = doc("ode-lv-tsit5-pid.json");
         let edit = |f: &dyn Fn(&mut Value)| {
             let mut c = good.clone();
             f(&mut c);
-            replay_golden(&c)
+            replay_doc(&c)
         };
-        assert!(golden_msg(replay_golden(&Value::Null)).contains("must be an object"));
+        assert!(golden_msg(replay_doc(&Value::Null)).contains("not an object"));
         assert!(golden_msg(edit(&|c| c["format"] = "golden-v0".into())).contains("golden-v1"));
-        assert!(golden_msg(edit(&|c| c["kind"] = "optimizer".into())).contains("kind"));
         assert!(golden_msg(edit(&|c| c["dtype"] = "float16".into())).contains("dtype"));
         assert!(golden_msg(edit(&|c| {
             c.as_object_mut().unwrap().remove("t1");
         }))
-        .contains("missing field `<case>.t1`"));
+        .contains("missing field `t1`"));
         assert!(golden_msg(edit(&|c| c["t0"] = "zero".into())).contains("`t0`"));
-        assert!(
-            golden_msg(edit(&|c| c["y0"]["shape"] = serde_json::json!([3]))).contains("needs 3")
-        );
-        assert!(
-            golden_msg(edit(&|c| c["y0"]["shape"] = serde_json::json!([-1])))
-                .contains("non-negative")
-        );
+        assert!(golden_msg(edit(&|c| c["y0"]["shape"] = json!([3]))).contains("needs 3"));
+        assert!(golden_msg(edit(&|c| c["y0"]["shape"] = json!([-1]))).contains("non-negative"));
         assert!(golden_msg(edit(&|c| c["problem"]["name"] = "lorenz".into())).contains("lorenz"));
         assert!(golden_msg(edit(&|c| {
             c["problem"]["args"]
@@ -732,17 +447,15 @@ mod tests {
         assert!(golden_msg(edit(&|c| c["controller"]["type"] = "pi".into()))
             .contains("controller.type"));
         assert!(
-            golden_msg(edit(&|c| c["expected"]["num_steps"] = serde_json::json!(-1)))
-                .contains("num_steps")
+            golden_msg(edit(&|c| c["expected"]["num_steps"] = json!(-1))).contains("num_steps")
         );
-        assert!(golden_msg(edit(
-            &|c| c["expected"]["ys"]["shape"] = serde_json::json!([86])
-        ))
-        .contains("y0.shape"));
+        assert!(
+            golden_msg(edit(&|c| c["expected"]["ys"]["shape"] = json!([86]))).contains("y0.shape")
+        );
         assert!(golden_msg(edit(&|c| c["tolerance"]["rtol"] = "inf".into())).contains("tolerance"));
         // A well-formed case with an invalid setting is the solver's own typed error.
         assert!(matches!(
-            edit(&|c| c["controller"]["rtol"] = serde_json::json!(-1.0)),
+            edit(&|c| c["controller"]["rtol"] = json!(-1.0)),
             Err(Error::Reference(RefError::InvalidHyper {
                 name: "rtol",
                 ..
@@ -756,20 +469,19 @@ mod tests {
             }))
         ));
         assert!(matches!(
-            edit(&|c| c["y0"] = serde_json::json!({"shape": [3], "data": [1.0, 1.0, 1.0]})),
+            edit(&|c| c["y0"] = json!({"shape": [3], "data": [1.0, 1.0, 1.0]})),
             Err(Error::Golden { .. }) | Err(Error::Reference(RefError::ShapeMismatch { .. }))
         ));
     }
 
     #[test]
     fn a_value_of_the_wrong_json_type_is_named_in_the_error() {
-        let good = load("ode-lv-tsit5-pid.json");
+        let good = doc("ode-lv-tsit5-pid.json");
         let msg = |f: &dyn Fn(&mut Value)| {
             let mut c = good.clone();
             f(&mut c);
-            golden_msg(replay_golden(&c))
+            golden_msg(replay_doc(&c))
         };
-        use serde_json::json;
         for (what, got) in [
             (json!(null), "got null"),
             (json!(true), "got a boolean"),
@@ -786,77 +498,78 @@ mod tests {
         assert!(m.ends_with("must be a string, got a number"), "{m}");
         let m = msg(&|c| c["problem"] = json!("lotka_volterra"));
         assert!(m.ends_with("must be an object, got a string"), "{m}");
+        let m = msg(&|c| c["name"] = json!(123));
+        assert!(m.contains("`name` must be a string, got a number"), "{m}");
     }
 
     #[test]
     fn non_finite_expected_values_follow_the_format_rule() {
-        let c = compare(
-            "ys",
-            &[f64::NAN, f64::INFINITY, 1.0],
-            &[f64::NAN, f64::INFINITY, 1.0],
-            0.0,
-            0.0,
-            |i| i.to_string(),
-        );
-        assert!(c.passed);
-        let c = compare("ys", &[1.0], &[f64::NAN], 1.0, 1.0, |i| i.to_string());
-        assert!(!c.passed);
-        let c = compare("ys", &[f64::NAN], &[1.0], 1.0, 1.0, |i| i.to_string());
-        assert!(!c.passed);
-        assert_eq!(c.max_abs_err, f64::INFINITY);
-        let c = compare(
-            "ys",
-            &[f64::NEG_INFINITY],
-            &[f64::INFINITY],
-            1.0,
-            1.0,
-            |i| i.to_string(),
-        );
-        assert!(!c.passed);
+        let tol = crate::tolerance::Tol {
+            rtol: 0.0,
+            atol: 0.0,
+        };
+        let mut c = Comparator::new(tol);
+        for (g, w) in [
+            (f64::NAN, f64::NAN),
+            (f64::INFINITY, f64::INFINITY),
+            (1.0, 1.0),
+        ] {
+            c.value(|| "v".into(), g, w);
+        }
+        assert!(c.passed(), "{}", c.detail());
+        let loose = crate::tolerance::Tol {
+            rtol: 1.0,
+            atol: 1.0,
+        };
+        for (g, w) in [
+            (1.0, f64::NAN),
+            (f64::NAN, 1.0),
+            (f64::NEG_INFINITY, f64::INFINITY),
+        ] {
+            let mut c = Comparator::new(loose);
+            c.value(|| "v".into(), g, w);
+            assert!(!c.passed(), "got {g}, want {w}");
+        }
     }
 
     #[test]
     fn golden_problem_names_parse_to_their_fixtures() {
-        let cx = Ctx { name: "t".into() };
+        let cx = stub();
         let p = parse_problem(
             &cx,
-            &serde_json::json!({"name": "forced_decay", "args": {"k": 0.5, "w": 2.0}}),
+            &json!({"name": "forced_decay", "args": {"k": 0.5, "w": 2.0}}),
         )
         .unwrap();
         assert_eq!(
             p,
             GoldenProblem::ForcedDecay(ForcedDecay { k: 0.5, w: 2.0 })
         );
-        let p = parse_problem(
-            &cx,
-            &serde_json::json!({"name": "van_der_pol", "args": {"mu": 1.0}}),
-        )
-        .unwrap();
+        let p = parse_problem(&cx, &json!({"name": "van_der_pol", "args": {"mu": 1.0}})).unwrap();
         assert_eq!(p, GoldenProblem::VanDerPol(VanDerPol { mu: 1.0 }));
-        assert!(parse_problem(&cx, &serde_json::json!({"name": "linear", "args": {"A": {"shape": [2, 3], "data": [0, 0, 0, 0, 0, 0]}}})).is_err());
+        assert!(parse_problem(
+            &cx,
+            &json!({"name": "linear", "args": {"A": {"shape": [2, 3], "data": [0, 0, 0, 0, 0, 0]}}})
+        )
+        .is_err());
     }
 
     #[test]
     fn a_linear_problem_whose_matrix_is_not_square_2d_is_a_typed_error() {
         // A vector, a 3-d block and a non-square matrix: each must be named as "must be square",
         // never reach an index (a vector has no second dimension).
-        let cx = Ctx { name: "t".into() };
+        let cx = stub();
         for (shape, n) in [(vec![4], 4), (vec![2, 2, 1], 4), (vec![2, 3], 6)] {
-            let a = serde_json::json!({"shape": shape, "data": vec![0.0; n]});
-            let e = parse_problem(
-                &cx,
-                &serde_json::json!({"name": "linear", "args": {"A": a}}),
-            )
-            .unwrap_err()
-            .to_string();
+            let a = json!({"shape": shape, "data": vec![0.0; n]});
+            let e = parse_problem(&cx, &json!({"name": "linear", "args": {"A": a}}))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("must be square"), "shape {shape:?}: {e}");
         }
     }
 
     #[test]
     fn golden_problems_keep_their_fixture_dimension_so_a_wrong_state_is_a_shape_error() {
-        use serde_json::json;
-        let cx = Ctx { name: "t".into() };
+        let cx = stub();
         let a = json!({"shape": [3, 3], "data": [0.0, 1.0, 0.0, -1.0, 0.0, 0.0, 0.0, 0.0, -0.5]});
         for (problem, d) in [
             (json!({"name": "linear", "args": {"A": a}}), 3),

@@ -2,6 +2,7 @@
 //! targets and the corpus/regression replay in `cargo test`. Their `Debug` prints a reproducer.
 
 use super::strategies::OptCase;
+use super::unsupported_dtype;
 use crate::backend::DType;
 use crate::optim::{AdamHyper, RadamHyper};
 use arbitrary::{Arbitrary, Unstructured};
@@ -323,11 +324,8 @@ pub fn muon(data: &[u8]) -> Result<(), String> {
     let Ok(input) = MuonInput::arbitrary_take_rest(Unstructured::new(data)) else {
         return Ok(());
     };
-    match input.dtype % 3 {
-        0 => muon_e::<half::f16>(&input),
-        1 => muon_e::<f32>(&input),
-        _ => muon_e::<f64>(&input),
-    }
+    let dtype = [DType::F16, DType::F32, DType::F64][usize::from(input.dtype % 3)];
+    by_dtype!(float dtype, muon_e(&input), else unsupported_dtype(dtype))
 }
 
 fn muon_e<E: crate::backend::Float>(input: &MuonInput) -> Result<(), String> {

@@ -2,7 +2,7 @@
 //! the final step size, monotone descent on convex quadratics, one state signature and one trace
 //! for N staged updates, and the zero step on non-finite objectives.
 
-use super::{check_property, Family, Law};
+use super::{check_property, unsupported_dtype, Family, Law};
 use crate::backend::{Float, Real};
 use crate::optim::linesearch::{
     self, point, sgd_linesearch, BacktrackingHyper, Himmelblau, LineSearch, LineSearchState,
@@ -41,6 +41,17 @@ pub struct LsCase {
     pub steps: usize,
     pub f32: bool,
     pub poison: Option<Poison>,
+}
+
+impl LsCase {
+    /// The dtype the case runs in.
+    pub fn dtype(&self) -> crate::backend::DType {
+        if self.f32 {
+            crate::backend::DType::F32
+        } else {
+            crate::backend::DType::F64
+        }
+    }
 }
 
 impl std::fmt::Debug for LsCase {
@@ -225,23 +236,13 @@ pub fn run_case<A: Real, S: TraceSubject>(
     }))
 }
 
-macro_rules! by_dtype {
-    ($case:expr, $f:ident $(, $arg:expr)*) => {
-        if $case.f32 {
-            $f::<f32>($case $(, $arg)*)
-        } else {
-            $f::<f64>($case $(, $arg)*)
-        }
-    };
-}
-
 // ---------------------------------------------------------------------------------------------
 // Armijo, evaluation count
 
 /// When a step reports success (`decrease_error <= atol`), the Armijo rule holds at the returned
 /// parameters: recomputed from `f(x + u)`, the error is within `atol`.
 pub fn armijo_on_success(case: &LsCase) -> std::result::Result<(), String> {
-    by_dtype!(case, armijo_on_success_e)
+    by_dtype!(real case.dtype(), armijo_on_success_e(case), else unsupported_dtype(case.dtype()))
 }
 
 fn armijo_on_success_e<A: Real>(case: &LsCase) -> std::result::Result<(), String> {
@@ -271,7 +272,7 @@ fn armijo_on_success_e<A: Real>(case: &LsCase) -> std::result::Result<(), String
 /// `evals == num_linesearch_steps <= max_backtracking_steps + 1`, and the final `eta` is
 /// `eta0` multiplied by `decrease_factor` `evals - 1` times (bitwise), or 0 when the error is inf.
 pub fn evaluations_bounded(case: &LsCase) -> std::result::Result<(), String> {
-    by_dtype!(case, evaluations_bounded_e)
+    by_dtype!(real case.dtype(), evaluations_bounded_e(case), else unsupported_dtype(case.dtype()))
 }
 
 fn evaluations_bounded_e<A: Real>(case: &LsCase) -> std::result::Result<(), String> {
@@ -398,7 +399,7 @@ pub fn convex_quadratic_monotone(case: &LsCase) -> std::result::Result<(), Strin
     if !monotone_domain(case) {
         return Ok(());
     }
-    by_dtype!(case, convex_quadratic_monotone_e)
+    by_dtype!(real case.dtype(), convex_quadratic_monotone_e(case), else unsupported_dtype(case.dtype()))
 }
 
 fn convex_quadratic_monotone_e<A: Real>(case: &LsCase) -> std::result::Result<(), String> {
@@ -508,7 +509,7 @@ pub fn nonfinite_domain<A: Real>(tree: &Tree<A>) -> bool {
 /// gradient ([`nonfinite_domain`]): every update is a zero step, `learning_rate` is 0 (finite),
 /// `decrease_error` is `+inf`, every allowed evaluation was made, and the parameters never move.
 pub fn nonfinite_zero_step(case: &LsCase) -> std::result::Result<(), String> {
-    by_dtype!(case, nonfinite_zero_step_e)
+    by_dtype!(real case.dtype(), nonfinite_zero_step_e(case), else unsupported_dtype(case.dtype()))
 }
 
 fn nonfinite_zero_step_e<A: Real>(case: &LsCase) -> std::result::Result<(), String> {

@@ -9,6 +9,44 @@
 //! environment variable overrides it (nightly runs raise it). The seed defaults to a fixed value
 //! so that CI is deterministic; `--seed` or `HARNESS_SEED` changes it.
 
+/// The one dtype dispatch of the laws: call a generic function with the element type a runtime
+/// [`DType`](crate::backend::DType) names. `float` covers f16, f32 and f64 (any
+/// [`Float`](crate::backend::Float)); `real` covers f32 and f64 (the arithmetic types). A dtype
+/// outside the list evaluates the `else` expression — it is never silently run as another type.
+///
+/// Further generic arguments after the element type go in brackets: `f[O](args)` calls
+/// `f::<E, O>(args)`.
+///
+/// ```ignore
+/// by_dtype!(float case.dtype, check_e(case), else unsupported_dtype(case.dtype))
+/// by_dtype!(real c.dtype, one_trace[O](c, make), else unsupported_dtype(c.dtype))
+/// ```
+macro_rules! by_dtype {
+    (float $dtype:expr, $f:ident $([$($g:ty),*])? ( $($a:expr),* ), else $other:expr) => {
+        match $dtype {
+            $crate::backend::DType::F16 => $f::<half::f16 $($(, $g)*)?>($($a),*),
+            $crate::backend::DType::F32 => $f::<f32 $($(, $g)*)?>($($a),*),
+            $crate::backend::DType::F64 => $f::<f64 $($(, $g)*)?>($($a),*),
+            $crate::backend::DType::I32 => $other,
+        }
+    };
+    (real $dtype:expr, $f:ident $([$($g:ty),*])? ( $($a:expr),* ), else $other:expr) => {
+        match $dtype {
+            $crate::backend::DType::F32 => $f::<f32 $($(, $g)*)?>($($a),*),
+            $crate::backend::DType::F64 => $f::<f64 $($(, $g)*)?>($($a),*),
+            $crate::backend::DType::F16 | $crate::backend::DType::I32 => $other,
+        }
+    };
+}
+pub(crate) use by_dtype;
+
+/// The `else` of [`by_dtype!`] in a law: a case whose dtype the law does not run in.
+pub(crate) fn unsupported_dtype(dtype: crate::backend::DType) -> Result<(), String> {
+    Err(format!(
+        "the case's dtype {dtype} is not one this law runs in"
+    ))
+}
+
 pub mod cnf;
 pub mod fuzz;
 pub mod linesearch;

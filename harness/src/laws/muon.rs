@@ -3,7 +3,7 @@
 //! gradients, and bitwise invariance under sharding and under the order in which parameters of
 //! different dtypes and shapes are first updated.
 
-use super::{check_property, Family, Law};
+use super::{check_property, unsupported_dtype, Family, Law};
 use crate::backend::{Array, DType, Float, Real};
 use crate::optim::muon::{
     coeffs, newton_schulz, orthogonalize_composed, CoeffPolicy, MuonStepper, NsPlan, PerUse,
@@ -157,16 +157,6 @@ fn err(e: crate::reference::Error) -> String {
     e.to_string()
 }
 
-macro_rules! by_dtype {
-    ($dtype:expr, $f:ident ( $($a:expr),* )) => {
-        match $dtype {
-            DType::F16 => $f::<half::f16>($($a),*),
-            DType::F32 => $f::<f32>($($a),*),
-            _ => $f::<f64>($($a),*),
-        }
-    };
-}
-
 // ---------------------------------------------------------------------------------------------
 // fixed state shape, traces, iterations
 
@@ -174,7 +164,7 @@ macro_rules! by_dtype {
 /// update; a jitted loop traces once; the planned stepper traces one workspace per distinct 2-D
 /// leaf signature; every Muon leaf runs the iterations its coefficients prescribe.
 pub fn state_fixed_traces_iterations(case: &MuonCase) -> Result<(), String> {
-    by_dtype!(case.dtype, state_fixed_e(case))
+    by_dtype!(float case.dtype, state_fixed_e(case), else unsupported_dtype(case.dtype))
 }
 
 fn state_fixed_e<E: Float>(case: &MuonCase) -> Result<(), String> {
@@ -276,10 +266,7 @@ pub const SQUARE_TRANSPOSE_ULPS_PER_N: f64 = 64.0;
 /// wide one exactly); within [`SQUARE_TRANSPOSE_ULPS_PER_N`] for square `X`. Also: the planned
 /// and composed forms run the same number of iterations, which is the coefficients' count.
 pub fn transpose_symmetry(case: &MatCase) -> Result<(), String> {
-    match case.dtype {
-        DType::F32 => transpose_e::<f32>(case),
-        _ => transpose_e::<f64>(case),
-    }
+    by_dtype!(real case.dtype, transpose_e(case), else unsupported_dtype(case.dtype))
 }
 
 fn transpose_e<A: Real>(case: &MatCase) -> Result<(), String> {
@@ -336,10 +323,7 @@ pub const PLANNED_ULPS_PER_M: f64 = 64.0;
 /// `PLANNED_ULPS_PER_M * m * eps` per entry (they round `A` and `B` differently: upper triangle +
 /// mirror vs full products, `(cA)A` with a mirrored `A`).
 pub fn planned_matches_composed(case: &MatCase) -> Result<(), String> {
-    match case.dtype {
-        DType::F32 => planned_e::<f32>(case),
-        _ => planned_e::<f64>(case),
-    }
+    by_dtype!(real case.dtype, planned_e(case), else unsupported_dtype(case.dtype))
 }
 
 fn planned_e<A: Real>(case: &MatCase) -> Result<(), String> {
@@ -529,7 +513,7 @@ pub fn singular_value_band(case: &BandCase) -> Result<(), String> {
 /// A zero gradient gives a zero update (every leaf, every dtype, zero-size included) and no NaN,
 /// at every step, when `weight_decay = adam_weight_decay = 0`.
 pub fn zero_gradient_zero_update(case: &MuonCase) -> Result<(), String> {
-    by_dtype!(case.dtype, zero_e(case))
+    by_dtype!(float case.dtype, zero_e(case), else unsupported_dtype(case.dtype))
 }
 
 fn zero_e<E: Float>(case: &MuonCase) -> Result<(), String> {
@@ -649,11 +633,11 @@ fn run_group_dyn<P: CoeffPolicy>(
     steps: usize,
     sharding: Sharding,
 ) -> Result<Vec<u64>, String> {
-    match g.dtype {
-        DType::F16 => run_group::<half::f16, P>(muon, &g.shapes, seed, steps, sharding),
-        DType::F32 => run_group::<f32, P>(muon, &g.shapes, seed, steps, sharding),
-        _ => run_group::<f64, P>(muon, &g.shapes, seed, steps, sharding),
-    }
+    by_dtype!(
+        float g.dtype,
+        run_group[P](muon, &g.shapes, seed, steps, sharding),
+        else unsupported_dtype(g.dtype).map(|()| Vec::new())
+    )
 }
 
 /// Every group, updated by one shared `subject` in `order` and sharded as the case says, gives

@@ -2,7 +2,7 @@
 //! composed, fixed state shape, one trace and flat memory over many steps.
 
 use super::strategies::{opt_case, OptCase};
-use super::{bitwise_equal, check_property, Family, Law};
+use super::{bitwise_equal, check_property, unsupported_dtype, Family, Law};
 use crate::backend::{Array, DType, Float};
 use crate::optim::moments::bias_correction;
 use crate::optim::radam::RadamBranches;
@@ -15,17 +15,6 @@ use crate::stage::HasSignature;
 use crate::tolerance;
 use crate::tree::{apply_updates, Tree};
 use proptest::prelude::*;
-
-/// Run `$f::<E>($case, ...)` with `E` the case's dtype.
-macro_rules! by_dtype {
-    ($case:expr, $f:ident) => {
-        match $case.dtype {
-            DType::F16 => $f::<half::f16>($case),
-            DType::F32 => $f::<f32>($case),
-            _ => $f::<f64>($case),
-        }
-    };
-}
 
 /// One leaf `w` holding `data` (rounded to `E`).
 pub fn leaf<E: Float>(data: &[f64]) -> Tree<E> {
@@ -42,7 +31,7 @@ fn err(e: crate::reference::Error) -> String {
 
 /// `Where` and `Branch` give bit-identical updates and states at every step.
 pub fn where_matches_branch_bitwise(case: &OptCase) -> Result<(), String> {
-    by_dtype!(case, where_matches_branch_e)
+    by_dtype!(float case.dtype, where_matches_branch_e(case), else unsupported_dtype(case.dtype))
 }
 
 fn where_matches_branch_e<E: Float>(case: &OptCase) -> Result<(), String> {
@@ -119,7 +108,7 @@ pub const UPDATE_HEADROOM: f64 = 4.0;
 /// largest finite value. Outside it NaN/inf data gives NaN/inf updates and an exact update
 /// beyond the dtype's range rounds to inf (the documented results); only the bitwise laws apply.
 pub fn finiteness_domain(case: &OptCase) -> bool {
-    finite_inputs(case) && by_dtype!(case, update_fits)
+    finite_inputs(case) && by_dtype!(float case.dtype, update_fits(case), else false)
 }
 
 /// The dtype-independent half of [`finiteness_domain`].
@@ -221,11 +210,7 @@ pub fn update_bound<E: Float>(case: &OptCase) -> f64 {
 
 /// Both branches are finite at every step for finite inputs, and so is the update.
 pub fn branches_finite<S: BranchSubject>(case: &OptCase, subject: &S) -> Result<(), String> {
-    match case.dtype {
-        DType::F16 => branches_finite_e::<half::f16, S>(case, subject),
-        DType::F32 => branches_finite_e::<f32, S>(case, subject),
-        _ => branches_finite_e::<f64, S>(case, subject),
-    }
+    by_dtype!(float case.dtype, branches_finite_e[S](case, subject), else unsupported_dtype(case.dtype))
 }
 
 fn branches_finite_e<E: Float, S: BranchSubject>(
@@ -345,7 +330,7 @@ pub fn follows_schedule(case: &OptCase) -> Result<(), String> {
 /// The fused in-place step equals the composed `update` + `apply_updates` bit for bit
 /// (parameters and moments), for Adam and both RAdam forms, in every dtype.
 pub fn fused_matches_composed(case: &OptCase) -> Result<(), String> {
-    by_dtype!(case, fused_matches_composed_e)
+    by_dtype!(float case.dtype, fused_matches_composed_e(case), else unsupported_dtype(case.dtype))
 }
 
 fn fused_matches_composed_e<E: Float>(case: &OptCase) -> Result<(), String> {
@@ -401,7 +386,7 @@ where
 /// `init` and every `update` produce the same state signature, and a jitted loop over all steps
 /// traces once (Adam, RAdam both forms).
 pub fn state_signature_fixed(case: &OptCase) -> Result<(), String> {
-    by_dtype!(case, state_signature_fixed_e)
+    by_dtype!(float case.dtype, state_signature_fixed_e(case), else unsupported_dtype(case.dtype))
 }
 
 fn state_signature_fixed_e<E: Float>(case: &OptCase) -> Result<(), String> {

@@ -7,7 +7,7 @@
 //! [`InitSubject`] stands for the implementation under test, so the `stack-vmap-fp32` mutant
 //! can stand in for the reference.
 
-use super::{check_property, Family, Law};
+use super::{check_property, unsupported_dtype, Family, Law};
 use crate::backend::{Array, DType, Float};
 use crate::probe::{self, Measurement, Timeline};
 use crate::stack::bounds::{self, peak_bound};
@@ -269,11 +269,7 @@ fn identical_e<E: Float>(cfg: &StackConfig, seed: u64) -> Result<(), String> {
 /// Law: all five strategies produce the bit-identical stack (the list via either conversion).
 pub fn strategies_bitwise_identical(case: &StackCase) -> Result<(), String> {
     let cfg = case.config()?;
-    match cfg.dtype() {
-        DType::F16 => identical_e::<half::f16>(&cfg, case.seed),
-        DType::F32 => identical_e::<f32>(&cfg, case.seed),
-        _ => identical_e::<f64>(&cfg, case.seed),
-    }
+    by_dtype!(float cfg.dtype(), identical_e(&cfg, case.seed), else unsupported_dtype(cfg.dtype()))
 }
 
 /// Law: f16 init equals `half::f16::from_f32` of f32 init element for element (and f64 init
@@ -351,11 +347,11 @@ fn scan_equals_e<E: Float>(cfg: &StackConfig, seed: u64, batch: usize) -> Result
 /// Law: the scan over the stack equals the unrolled loop over the list, bit for bit.
 pub fn scan_equals_unrolled(case: &StackCase, batch: usize) -> Result<(), String> {
     let cfg = case.config()?;
-    match cfg.dtype() {
-        DType::F16 => scan_equals_e::<half::f16>(&cfg, case.seed, batch),
-        DType::F32 => scan_equals_e::<f32>(&cfg, case.seed, batch),
-        _ => scan_equals_e::<f64>(&cfg, case.seed, batch),
-    }
+    by_dtype!(
+        float cfg.dtype(),
+        scan_equals_e(&cfg, case.seed, batch),
+        else unsupported_dtype(cfg.dtype())
+    )
 }
 
 fn scan_peak_e<E: Float>(cfg: &StackConfig, seed: u64, batch: usize) -> Result<usize, String> {
@@ -369,11 +365,11 @@ fn scan_peak_e<E: Float>(cfg: &StackConfig, seed: u64, batch: usize) -> Result<u
 /// The scan's measured peak (working buffers and output) for `cfg`, above the live model and
 /// input. The caller holds [`probe::exclusive`].
 pub fn scan_peak(cfg: &StackConfig, seed: u64, batch: usize) -> Result<usize, String> {
-    match cfg.dtype() {
-        DType::F16 => scan_peak_e::<half::f16>(cfg, seed, batch),
-        DType::F32 => scan_peak_e::<f32>(cfg, seed, batch),
-        _ => scan_peak_e::<f64>(cfg, seed, batch),
-    }
+    by_dtype!(
+        float cfg.dtype(),
+        scan_peak_e(cfg, seed, batch),
+        else unsupported_dtype(cfg.dtype()).map(|()| 0)
+    )
 }
 
 /// Law: the scan's activation memory is the same for `N` and `2N + 1` layers, and within

@@ -40,7 +40,7 @@ use super::suite_property;
 use crate::backend::{DType, Float};
 use crate::laws::radam::{finiteness_domain, leaf, trace_once_memory_flat, MemCase, Stepper};
 use crate::laws::strategies::{opt_case, OptCase};
-use crate::laws::{timed, Family, LawReport, DEFAULT_SEED};
+use crate::laws::{by_dtype, timed, unsupported_dtype, Family, LawReport, DEFAULT_SEED};
 use crate::optim::{self, Jit, RadamHyper, Selection, Transform};
 use crate::reference::{Error, Result};
 use crate::stage::{HasSignature, Signature};
@@ -237,23 +237,13 @@ pub fn check<O: BothDtypes>(
         "optimizer_matches_reference",
         Family::Numerics,
         &|c| {
-            by_dtype(
-                c,
-                |c| matches_reference::<f32, O>(c, make),
-                |c| matches_reference::<f64, O>(c, make),
-            )
+            by_dtype!(real c.dtype, matches_reference[O](c, make), else unsupported_dtype(c.dtype))
         },
     ));
     laws.push(property(
         "optimizer_updates_finite",
         Family::CondVsWhere,
-        &|c| {
-            by_dtype(
-                c,
-                |c| updates_finite::<f32, O>(c, make),
-                |c| updates_finite::<f64, O>(c, make),
-            )
-        },
+        &|c| by_dtype!(real c.dtype, updates_finite[O](c, make), else unsupported_dtype(c.dtype)),
     ));
     laws.push(timed(
         "optimizer_rejects_invalid_hyperparameters",
@@ -274,21 +264,15 @@ pub fn check<O: BothDtypes>(
         "optimizer_state_signature_fixed",
         Family::FixedStateShape,
         &|c| {
-            by_dtype(
-                c,
-                |c| state_signature_fixed::<f32, O>(c, make),
-                |c| state_signature_fixed::<f64, O>(c, make),
-            )
+            by_dtype!(real c.dtype, state_signature_fixed[O](c, make), else unsupported_dtype(c.dtype))
         },
     ));
     match staged::<O>(make) {
-        Ok(true) => laws.push(property("optimizer_one_trace", Family::TraceCount, &|c| {
-            by_dtype(
-                c,
-                |c| one_trace::<f32, O>(c, make),
-                |c| one_trace::<f64, O>(c, make),
-            )
-        })),
+        Ok(true) => laws.push(property(
+            "optimizer_one_trace",
+            Family::TraceCount,
+            &|c| by_dtype!(real c.dtype, one_trace[O](c, make), else unsupported_dtype(c.dtype)),
+        )),
         Ok(false) => not_applicable.push((
             "optimizer_one_trace".to_string(),
             "the subject does not stage its update (traces() is None)".to_string(),
@@ -358,17 +342,6 @@ pub fn spec_of(case: &OptCase) -> OptimizerSpec {
         algorithm: algorithm_of(case),
         learning_rate: case.learning_rate,
         hyper: case.hyper,
-    }
-}
-
-fn by_dtype(
-    c: &OptCase,
-    f32: impl Fn(&OptCase) -> std::result::Result<(), String>,
-    f64: impl Fn(&OptCase) -> std::result::Result<(), String>,
-) -> std::result::Result<(), String> {
-    match c.dtype {
-        DType::F32 => f32(c),
-        _ => f64(c),
     }
 }
 

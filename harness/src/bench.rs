@@ -16,6 +16,7 @@
 //! that many bytes of new memory). Times are medians over repetitions.
 
 use crate::backend::Array;
+use crate::ode::Integration;
 use crate::optim::{AdamHyper, FusedMoments, RadamHyper, Selection};
 use crate::tree::Tree;
 use crate::{Error, Result};
@@ -344,7 +345,13 @@ fn ode(quick: bool) -> Result<Vec<Figure>> {
         save_steps: false,
         ..Default::default()
     };
-    let run = || solve(&lv, &tab, &ctl, 0.0, 15.0, &[10.0f64, 10.0], &opts);
+    let run = || {
+        solve(
+            &lv,
+            &Integration::new(&tab, &ctl, 0.0, 15.0).with_options(opts),
+            &[10.0f64, 10.0],
+        )
+    };
     let steps = run()?.stats.num_steps;
     let secs = median_seconds(if quick { 21 } else { 201 }, || {
         std::hint::black_box(run().expect("validated"));

@@ -5,6 +5,7 @@ harness::install_counting_allocator!();
 mod common;
 use common::assert_law_holds;
 use harness::laws;
+use harness::ode::Integration;
 use harness::ode::{
     fixtures::LotkaVolterra, solve, Controller, Pid, Solution, SolveOptions, Solver, Stats,
     StepEvent, Tableau,
@@ -163,12 +164,8 @@ fn step_sequences_for_each_solver_on_lotka_volterra() {
             };
             let sol = solve(
                 &lv,
-                &s.tableau(),
-                &ctl,
-                0.0,
-                2.0,
+                &Integration::new(&s.tableau(), &ctl, 0.0, 2.0),
                 &[1.0f64, 1.0],
-                &SolveOptions::default(),
             )
             .unwrap();
             StepSequence {
@@ -285,8 +282,15 @@ fn gradient_rejects_mismatched_and_non_finite_input() {
     let tab = Solver::Tsit5.tableau();
     let ctl = Controller::constant(0.1).unwrap();
     let o = SolveOptions::default();
-    let run =
-        |y0: &[f64], w: &[f64]| gradient(&lin, &tab, &ctl, 0.0, 1.0, y0, w, GradMode::FullTape, &o);
+    let run = |y0: &[f64], w: &[f64]| {
+        gradient(
+            &lin,
+            &Integration::new(&tab, &ctl, 0.0, 1.0).with_options(o),
+            y0,
+            w,
+            GradMode::FullTape,
+        )
+    };
     assert!(matches!(
         run(&[1.0], &[1.0, 0.0]),
         Err(harness::reference::Error::ShapeMismatch { .. })
@@ -312,14 +316,10 @@ fn gradient_rejects_mismatched_and_non_finite_input() {
     assert!(matches!(
         gradient(
             &lv,
-            &tab,
-            &ctl,
-            0.0,
-            1.0,
+            &Integration::new(&tab, &ctl, 0.0, 1.0).with_options(o),
             &[1.0, 1.0],
             &[1.0, 0.0],
-            GradMode::FullTape,
-            &o
+            GradMode::FullTape
         ),
         Err(harness::reference::Error::InvalidHyper { .. })
     ));
@@ -338,17 +338,18 @@ fn recomputed_final_state_equals_the_solve_bitwise_and_default_budget_is_diffrax
             Controller::constant(0.01).unwrap()
         };
         let o = SolveOptions::default();
-        let sol = solve(&lv, &s.tableau(), &ctl, 0.0, 2.0, &[1.0, 1.0], &o).unwrap();
+        let sol = solve(
+            &lv,
+            &Integration::new(&s.tableau(), &ctl, 0.0, 2.0).with_options(o),
+            &[1.0, 1.0],
+        )
+        .unwrap();
         let g = gradient(
             &lv,
-            &s.tableau(),
-            &ctl,
-            0.0,
-            2.0,
+            &Integration::new(&s.tableau(), &ctl, 0.0, 2.0).with_options(o),
             &[1.0, 1.0],
             &[1.0, 1.0],
             GradMode::Checkpointed { checkpoints: None },
-            &o,
         )
         .unwrap();
         assert_eq!(g.ts[1..], sol.ts[..], "{s}");
@@ -361,7 +362,7 @@ mod hand_written_vjp {
     use harness::backend::Taped;
     use harness::ode::fixtures::LotkaVolterra;
     use harness::ode::grad::{gradient, DiffField, GradMode, ManualVjp};
-    use harness::ode::{Controller, SolveOptions, Solver};
+    use harness::ode::{Controller, Integration, SolveOptions, Solver};
 
     /// Lotka–Volterra with its VJP written by hand, to check [`step_vjp_manual`] against the
     /// taped step on every tableau (FSAL and not).
@@ -429,14 +430,10 @@ mod hand_written_vjp {
                 let run = |f: &dyn DiffField, mode| {
                     gradient(
                         f,
-                        &tab,
-                        &ctl,
-                        0.0,
-                        1.0,
+                        &Integration::new(&tab, &ctl, 0.0, 1.0).with_options(opts),
                         &[1.0, 1.0],
                         &[0.3, -0.7],
                         mode,
-                        &opts,
                     )
                     .unwrap()
                 };

@@ -101,7 +101,7 @@ impl Case {
             .ok_or_else(|| self.err(format!("`{path}` must be a string, got {}", kind_of(v))))
     }
 
-    /// `v` (at `path`) as a golden number ([`parse_number`]).
+    /// `v` (at `path`) as a golden number: a JSON number or `"nan"`, `"inf"`, `"-inf"`.
     pub fn num(&self, v: &Value, path: &str) -> Result<f64> {
         match v {
             Value::Number(x) => x

@@ -15,9 +15,8 @@ use super::format::Case;
 use super::Comparator;
 use crate::backend::{DType, Real};
 use crate::ode::fixtures::{ForcedDecay, Linear, LotkaVolterra, VanDerPol};
-use crate::ode::{
-    solve, Constant, Controller, InitialStep, Pid, SolveOptions, Solver, Stats, VectorField,
-};
+use crate::ode::Integration;
+use crate::ode::{solve, Constant, Controller, InitialStep, Pid, Solver, Stats, VectorField};
 use crate::Result;
 use serde_json::{Map, Value};
 
@@ -189,12 +188,13 @@ fn run_in<A: Real>(c: &OdeCase) -> Result<(Vec<f64>, Vec<f64>, Stats)> {
     let y0: Vec<A> = c.y0.iter().map(|&v| A::of_f64(v)).collect();
     let sol = solve(
         &c.problem,
-        &c.solver.tableau(),
-        &c.controller,
-        A::of_f64(c.t0),
-        A::of_f64(c.t1),
+        &Integration::new(
+            &c.solver.tableau(),
+            &c.controller,
+            A::of_f64(c.t0),
+            A::of_f64(c.t1),
+        ),
         &y0,
-        &SolveOptions::default(),
     )?;
     let ts = sol.ts.iter().map(|t| t.as_f64()).collect();
     let ys = sol.ys.iter().flatten().map(|v| v.as_f64()).collect();
@@ -586,12 +586,13 @@ mod tests {
             // reads past its dimension would otherwise see garbage or panic).
             let r = solve(
                 &p,
-                &Solver::Tsit5.tableau(),
-                &Controller::constant(0.1).unwrap(),
-                0.0,
-                1.0,
+                &Integration::new(
+                    &Solver::Tsit5.tableau(),
+                    &Controller::constant(0.1).unwrap(),
+                    0.0,
+                    1.0,
+                ),
                 &vec![1.0; d + 1],
-                &SolveOptions::default(),
             );
             assert!(
                 matches!(&r, Err(RefError::ShapeMismatch { expected, .. }) if expected == &vec![d]),
@@ -608,12 +609,8 @@ mod tests {
         let ctl = Controller::constant(0.1).unwrap();
         let r = solve(
             &p,
-            &Solver::Tsit5.tableau(),
-            &ctl,
-            0.0,
-            1.0,
+            &Integration::new(&Solver::Tsit5.tableau(), &ctl, 0.0, 1.0),
             &[1.0; 4],
-            &SolveOptions::default(),
         );
         assert_eq!(r.unwrap().y_final.len(), 4);
     }

@@ -4,6 +4,7 @@
 use super::strategies::OptCase;
 use super::unsupported_dtype;
 use crate::backend::DType;
+use crate::ode::Integration;
 use crate::optim::{AdamHyper, RadamHyper};
 use arbitrary::{Arbitrary, Unstructured};
 
@@ -131,9 +132,13 @@ pub fn ode(data: &[u8]) -> Result<(), String> {
         max_steps,
         save_steps: true,
     };
-    let Ok(sol) =
-        ctl.and_then(|ctl| solve(&field, &solver.tableau(), &ctl, x.t0, x.t1, &y0, &opts))
-    else {
+    let Ok(sol) = ctl.and_then(|ctl| {
+        solve(
+            &field,
+            &Integration::new(&solver.tableau(), &ctl, x.t0, x.t1).with_options(opts),
+            &y0,
+        )
+    }) else {
         return Ok(()); // a typed error: fine
     };
     let s = sol.stats;

@@ -5,7 +5,7 @@
 use super::{check_property, Family, Law};
 use crate::ode::fixtures::{Linear, LotkaVolterra};
 use crate::ode::grad::{self, DiffField, GradMode, Gradient};
-use crate::ode::Tableau;
+use crate::ode::Integration;
 use crate::ode::{solve, solve_observed, Controller, Pid, SolveOptions, Solver, StepEvent};
 use crate::tolerance;
 use proptest::prelude::*;
@@ -65,8 +65,12 @@ pub fn convergence_order_of(
                 save_steps: false,
                 ..Default::default()
             };
-            let sol =
-                solve(&field, tab, &ctl, 0.0, c.t1, &c.y0, &opts).map_err(|e| e.to_string())?;
+            let sol = solve(
+                &field,
+                &Integration::new(tab, &ctl, 0.0, c.t1).with_options(opts),
+                &c.y0,
+            )
+            .map_err(|e| e.to_string())?;
             Ok(((sol.y_final[0] - exact[0]).powi(2) + (sol.y_final[1] - exact[1]).powi(2)).sqrt())
         };
         let (e1, e2) = (err(16.0)?, err(32.0)?);
@@ -192,12 +196,8 @@ pub fn step_control(c: &PidCase) -> Result<(), String> {
         // low-order methods); the invariants are still checked on every step taken.
         let finished = match solve_observed(
             &field,
-            &solver.tableau(),
-            &Controller::Pid(p),
-            t0,
-            t1,
+            &Integration::new(&solver.tableau(), &Controller::Pid(p), t0, t1),
             &c.problem.y0,
-            &SolveOptions::default(),
             |e| events.push(*e),
         ) {
             Ok(_) => true,
@@ -251,9 +251,19 @@ pub fn round_trip(c: &PidCase) -> Result<(), String> {
     {
         let tab = solver.tableau();
         let ctl = Controller::Pid(p);
-        let (fwd, back) = match solve(&field, &tab, &ctl, 0.0, t1, &c.problem.y0, &opts)
-            .and_then(|f| solve(&field, &tab, &ctl, t1, 0.0, &f.y_final, &opts).map(|b| (f, b)))
-        {
+        let (fwd, back) = match solve(
+            &field,
+            &Integration::new(&tab, &ctl, 0.0, t1).with_options(opts),
+            &c.problem.y0,
+        )
+        .and_then(|f| {
+            solve(
+                &field,
+                &Integration::new(&tab, &ctl, t1, 0.0).with_options(opts),
+                &f.y_final,
+            )
+            .map(|b| (f, b))
+        }) {
             Ok(fb) => fb,
             Err(crate::reference::Error::MaxStepsExceeded { .. }) => continue, // out of budget, not a miss
             Err(e) => return Err(format!("{solver}: {e}")),
@@ -261,10 +271,18 @@ pub fn round_trip(c: &PidCase) -> Result<(), String> {
         let steps = fwd.stats.num_accepted_steps + back.stats.num_accepted_steps;
         check_round_trip(solver.name(), &c.problem.y0, &back.y_final, &p, steps)?;
         let ctl = Controller::constant(t1 / 7.0).map_err(|e| e.to_string())?;
-        let a =
-            solve(&field, &tab, &ctl, 0.0, t1, &c.problem.y0, &opts).map_err(|e| e.to_string())?;
-        let b =
-            solve(&field, &tab, &ctl, 0.0, t1, &c.problem.y0, &opts).map_err(|e| e.to_string())?;
+        let a = solve(
+            &field,
+            &Integration::new(&tab, &ctl, 0.0, t1).with_options(opts),
+            &c.problem.y0,
+        )
+        .map_err(|e| e.to_string())?;
+        let b = solve(
+            &field,
+            &Integration::new(&tab, &ctl, 0.0, t1).with_options(opts),
+            &c.problem.y0,
+        )
+        .map_err(|e| e.to_string())?;
         if a.y_final
             .iter()
             .zip(&b.y_final)
@@ -347,7 +365,13 @@ pub fn bad_input_is_typed_error(b: &BadInput) -> Result<(), String> {
         max_steps: 256,
         save_steps: false,
     };
-    let r = ctl.and_then(|c| solve(&field, &Solver::Tsit5.tableau(), &c, b.t0, b.t1, &y0, &opts));
+    let r = ctl.and_then(|c| {
+        solve(
+            &field,
+            &Integration::new(&Solver::Tsit5.tableau(), &c, b.t0, b.t1).with_options(opts),
+            &y0,
+        )
+    });
     check_bad_input(b, &r)
 }
 
@@ -482,13 +506,9 @@ impl GradCase {
         let opts = SolveOptions::default();
         let ((t0, t1), y0, w) = (self.interval(), &self.rotation.y0, &self.w);
         let problem = GradProblem {
-            tableau: &tab,
-            controller: &ctl,
-            t0,
-            t1,
+            integration: Integration::new(&tab, &ctl, t0, t1).with_options(opts),
             y0,
             w,
-            options: &opts,
         };
         subject
             .gradient(&*f, &problem, mode)
@@ -544,13 +564,10 @@ impl GradCase {
 /// One gradient through a solve: `dL/dy0` and `dL/dtheta` of `L = <w, y(t1)>`.
 #[derive(Clone, Copy)]
 pub struct GradProblem<'a> {
-    pub tableau: &'a Tableau,
-    pub controller: &'a Controller,
-    pub t0: f64,
-    pub t1: f64,
+    /// Method, controller, interval and options of the forward solve.
+    pub integration: Integration<'a, f64>,
     pub y0: &'a [f64],
     pub w: &'a [f64],
-    pub options: &'a SolveOptions,
 }
 
 /// What computes gradients through a solve for the gradient laws: the reference
@@ -575,17 +592,7 @@ impl GradientSubject for ReferenceGradient {
         p: &GradProblem<'_>,
         mode: GradMode,
     ) -> crate::reference::Result<Gradient> {
-        grad::gradient(
-            field,
-            p.tableau,
-            p.controller,
-            p.t0,
-            p.t1,
-            p.y0,
-            p.w,
-            mode,
-            p.options,
-        )
+        grad::gradient(field, &p.integration, p.y0, p.w, mode)
     }
 }
 
@@ -741,13 +748,9 @@ pub fn grad_memory(
         |n: usize, mode: GradMode, s: &dyn GradientSubject| -> Result<(Gradient, usize), String> {
             let ctl = Controller::constant(1.0 / n as f64).map_err(|e| e.to_string())?;
             let problem = GradProblem {
-                tableau: &tab,
-                controller: &ctl,
-                t0: 0.0,
-                t1: 1.0,
+                integration: Integration::new(&tab, &ctl, 0.0, 1.0).with_options(opts),
                 y0: &y0,
                 w: &w,
-                options: &opts,
             };
             let (g, mem) = crate::probe::measure(|| s.gradient(&field, &problem, mode));
             Ok((g.map_err(|e| e.to_string())?, mem.peak_above_baseline))

@@ -104,18 +104,7 @@ fn scheduled(
     mode: GradMode,
     schedule: &dyn Schedule,
 ) -> Result<Gradient> {
-    grad::gradient_scheduled(
-        field,
-        p.tableau,
-        p.controller,
-        p.t0,
-        p.t1,
-        p.y0,
-        p.w,
-        mode,
-        p.options,
-        schedule,
-    )
+    grad::gradient_scheduled(field, &p.integration, p.y0, p.w, mode, schedule)
 }
 
 /// A checkpointing schedule as a gradient subject (its full tape is the reference's).

@@ -28,6 +28,7 @@ use super::suite_property;
 use crate::laws::ode::{rotation_case, RotationCase, ORDER_BAND};
 use crate::laws::{timed, Family, DEFAULT_SEED};
 use crate::ode::fixtures::Linear;
+use crate::ode::Integration;
 use crate::ode::{solve, Controller, Pid, SolveOptions, Solver, VectorField};
 use crate::reference::Result;
 use crate::subject::optimizer::SuiteReport;
@@ -128,12 +129,8 @@ impl OdeSolver for ReferenceSolver {
         };
         let sol = solve(
             &*r.field,
-            &self.0.tableau(),
-            &controller,
-            r.t0,
-            r.t1,
+            &Integration::new(&self.0.tableau(), &controller, r.t0, r.t1).with_options(opts),
             &r.y0,
-            &opts,
         )?;
         Ok(SolveReport {
             y_final: sol.y_final,

@@ -28,6 +28,7 @@ use super::params::CnfParams;
 use super::taped::TrainBlock;
 use crate::backend::Real;
 use crate::ode::grad::{gradient_of, DiffField, GradMode};
+use crate::ode::Integration;
 use crate::ode::{solve, Controller, SolveOptions};
 use crate::{Error, Result};
 
@@ -118,12 +119,14 @@ pub fn block_solve<A: Real>(
     let tab = params.cfg.solver.tableau();
     let sol = solve(
         &field,
-        &tab,
-        &Controller::constant(dt)?,
-        A::of_f64(from),
-        A::of_f64(to),
+        &Integration::new(
+            &tab,
+            &Controller::constant(dt)?,
+            A::of_f64(from),
+            A::of_f64(to),
+        )
+        .with_options(opts()),
         z,
-        &opts(),
     )?;
     Ok(sol.y_final)
 }
@@ -395,10 +398,7 @@ fn chunk_loss_and_grad<F: DiffField>(
         let g = match cot.take() {
             None => gradient_of(
                 &field,
-                &tab,
-                &ctrl,
-                cfg.t1,
-                cfg.t0,
+                &Integration::new(&tab, &ctrl, cfg.t1, cfg.t0).with_options(opts()),
                 &inputs[b],
                 |zf| {
                     // L = -(1/n) sum_i [delta_i + log N(y_i)]
@@ -417,18 +417,13 @@ fn chunk_loss_and_grad<F: DiffField>(
                     Ok(w)
                 },
                 mode,
-                &opts(),
             )?,
             Some(w) => gradient_of(
                 &field,
-                &tab,
-                &ctrl,
-                cfg.t1,
-                cfg.t0,
+                &Integration::new(&tab, &ctrl, cfg.t1, cfg.t0).with_options(opts()),
                 &inputs[b],
                 move |_| Ok(w),
                 mode,
-                &opts(),
             )?,
         };
         checkpoints = g.checkpoints;

@@ -55,11 +55,11 @@
 //! ```
 //! use harness_reference::ode::fixtures::LotkaVolterra;
 //! use harness_reference::ode::grad::{gradient, GradMode};
-//! use harness_reference::ode::{Controller, SolveOptions, Solver};
+//! use harness_reference::ode::{Controller, Integration, Solver};
 //! let lv = LotkaVolterra::new(1.5, 1.0, 3.0, 1.0)?;
+//! let (tsit5, pid) = (Solver::Tsit5.tableau(), Controller::pid(1e-6, 1e-8)?);
 //! let run = |mode| {
-//!     gradient(&lv, &Solver::Tsit5.tableau(), &Controller::pid(1e-6, 1e-8)?, 0.0, 1.0,
-//!              &[1.0, 1.0], &[1.0, 0.0], mode, &SolveOptions::default())
+//!     gradient(&lv, &Integration::new(&tsit5, &pid, 0.0, 1.0), &[1.0, 1.0], &[1.0, 0.0], mode)
 //! };
 //! let full = run(GradMode::FullTape)?;
 //! let ckpt = run(GradMode::Checkpointed { checkpoints: Some(3) })?;
@@ -72,7 +72,9 @@
 use super::checkpoint;
 use super::fixtures::{Linear, LotkaVolterra};
 use super::problem::VectorField;
+use super::solve::Integration;
 use super::solve::{solve_observed, SolveOptions};
+use super::stepper::RkStep;
 use super::tableau::Tableau;
 use super::Controller;
 use crate::backend::{
@@ -224,28 +226,19 @@ pub struct Gradient {
 }
 
 /// The gradient of `<w, y(t1)>` with respect to `y0` and `field.theta()`; see the module docs.
-#[allow(clippy::too_many_arguments)]
 pub fn gradient<F: DiffField + ?Sized>(
     field: &F,
-    tableau: &Tableau,
-    controller: &Controller,
-    t0: f64,
-    t1: f64,
+    integration: &Integration<'_, f64>,
     y0: &[f64],
     w: &[f64],
     mode: GradMode,
-    opts: &SolveOptions,
 ) -> Result<Gradient> {
     gradient_impl(
         field,
-        tableau,
-        controller,
-        t0,
-        t1,
+        integration,
         y0,
         Cotangent::Given(w),
         mode,
-        opts,
         &checkpoint::Binomial,
     )
 }
@@ -254,28 +247,19 @@ pub fn gradient<F: DiffField + ?Sized>(
 /// `cotangent(y_final)` is called once, when the reverse sweep reaches the last step (saves the
 /// extra forward solve that computing `y(t1)` first would cost). Otherwise as [`gradient`]; a
 /// cotangent of the wrong length or non-finite is an error, as is an error it returns.
-#[allow(clippy::too_many_arguments)]
 pub fn gradient_of<F: DiffField + ?Sized>(
     field: &F,
-    tableau: &Tableau,
-    controller: &Controller,
-    t0: f64,
-    t1: f64,
+    integration: &Integration<'_, f64>,
     y0: &[f64],
     cotangent: impl FnOnce(&[f64]) -> Result<Vec<f64>>,
     mode: GradMode,
-    opts: &SolveOptions,
 ) -> Result<Gradient> {
     gradient_impl(
         field,
-        tableau,
-        controller,
-        t0,
-        t1,
+        integration,
         y0,
         Cotangent::Of(Box::new(cotangent)),
         mode,
-        opts,
         &checkpoint::Binomial,
     )
 }
@@ -293,31 +277,15 @@ type CotangentFn<'a> = Box<dyn FnOnce(&[f64]) -> Result<Vec<f64>> + 'a>;
 /// (`mode` = [`GradMode::Checkpointed`]; the full tape ignores it). Any schedule that reverses
 /// every step once, in order `n-1, ..., 0`, gives the same gradient bit for bit; its memory is
 /// what it stores.
-#[allow(clippy::too_many_arguments)]
 pub fn gradient_scheduled<F: DiffField + ?Sized>(
     field: &F,
-    tableau: &Tableau,
-    controller: &Controller,
-    t0: f64,
-    t1: f64,
+    integration: &Integration<'_, f64>,
     y0: &[f64],
     w: &[f64],
     mode: GradMode,
-    opts: &SolveOptions,
     schedule: &dyn checkpoint::Schedule,
 ) -> Result<Gradient> {
-    gradient_impl(
-        field,
-        tableau,
-        controller,
-        t0,
-        t1,
-        y0,
-        Cotangent::Given(w),
-        mode,
-        opts,
-        schedule,
-    )
+    gradient_impl(field, integration, y0, Cotangent::Given(w), mode, schedule)
 }
 
 fn check_input(name: &'static str, v: &[f64], want: usize) -> Result<()> {
@@ -338,19 +306,22 @@ fn check_input(name: &'static str, v: &[f64], want: usize) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn gradient_impl<F: DiffField + ?Sized>(
     field: &F,
-    tab: &Tableau,
-    controller: &Controller,
-    t0: f64,
-    t1: f64,
+    integration: &Integration<'_, f64>,
     y0: &[f64],
     w: Cotangent<'_>,
     mode: GradMode,
-    opts: &SolveOptions,
     schedule: &dyn checkpoint::Schedule,
 ) -> Result<Gradient> {
+    let Integration {
+        tableau: tab,
+        controller,
+        t0,
+        options,
+        ..
+    } = *integration;
+    let opts = &options;
     let d = field.dim();
     check_input("y0", y0, d)?;
     if let Cotangent::Given(w) = &w {
@@ -378,10 +349,10 @@ fn gradient_impl<F: DiffField + ?Sized>(
         // the same dimension instead of paying for a forward pass that the sweep repeats.
         Controller::Constant(_) => {
             let zero = ZeroField(d);
-            solve_observed(&zero, tab, controller, t0, t1, y0, &fwd_opts, record)?;
+            solve_observed(&zero, &integration.with_options(fwd_opts), y0, record)?;
         }
         Controller::Pid(_) => {
-            solve_observed(&at, tab, controller, t0, t1, y0, &fwd_opts, record)?;
+            solve_observed(&at, &integration.with_options(fwd_opts), y0, record)?;
         }
     }
     let n = ts.len() - 1;
@@ -487,6 +458,7 @@ impl<F: DiffField + ?Sized> ReverseSweep<'_, '_, F> {
             let yk = &self.stack[k * d..(k + 1) * d];
             let at = StepAt {
                 tab: self.tab,
+                rk: &self.stepper.rk,
                 tprev: self.ts[k],
                 tnext: self.ts[k + 1],
                 y: yk,
@@ -531,6 +503,7 @@ impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, '_, F> {
         }
         let at = StepAt {
             tab: self.tab,
+            rk: &self.stepper.rk,
             tprev: self.ts[k],
             tnext: self.ts[k + 1],
             y: &self.y,
@@ -540,67 +513,47 @@ impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, '_, F> {
     }
 }
 
-/// One explicit RK step in plain f64, with the arithmetic of [`super::solve`]'s loop.
+/// One explicit RK step in plain f64 through the shared [`RkStep`] (the arithmetic of
+/// [`super::solve()`]'s loop), with the field's parameters fixed at `theta`.
 struct Stepper<'a, F: ?Sized> {
     field: &'a F,
     theta: &'a [f64],
-    c: Vec<f64>,
-    a: Vec<Vec<f64>>,
-    b: Vec<f64>,
-    fsal: bool,
+    rk: RkStep<f64>,
     fs: Vec<f64>,
     ytmp: Vec<f64>,
+    y1: Vec<f64>,
 }
 
 impl<'a, F: DiffField + ?Sized> Stepper<'a, F> {
     fn new(field: &'a F, tab: &Tableau, theta: &'a [f64]) -> Self {
-        let st = tab.stages();
         let d = field.dim();
         Stepper {
             field,
             theta,
-            c: tab.c().to_vec(),
-            a: (0..st).map(|i| tab.a(i).to_vec()).collect(),
-            b: tab.b().to_vec(),
-            fsal: tab.fsal(),
-            fs: vec![0.0; st * d],
+            rk: RkStep::new(tab),
+            fs: vec![0.0; tab.stages() * d],
             ytmp: vec![0.0; d],
+            y1: vec![0.0; d],
         }
     }
 
     /// `y <- step(tprev, tnext, y)`.
     fn step(&mut self, tprev: f64, tnext: f64, y: &mut [f64]) {
-        let d = y.len();
-        let st = self.c.len();
-        let dt = tnext - tprev;
-        self.field.eval(tprev, y, self.theta, &mut self.fs[..d]);
-        for i in 1..st {
-            let (done, rest) = self.fs.split_at_mut(i * d);
-            for m in 0..d {
-                let mut acc = 0.0;
-                for (j, &aij) in self.a[i].iter().enumerate() {
-                    acc += aij * (dt * done[j * d + m]);
-                }
-                self.ytmp[m] = y[m] + acc;
-            }
-            let ti = if self.c[i] == 1.0 {
-                tnext
-            } else {
-                tprev + self.c[i] * dt
-            };
-            self.field.eval(ti, &self.ytmp, self.theta, &mut rest[..d]);
-        }
-        if self.fsal {
-            y.copy_from_slice(&self.ytmp);
-        } else {
-            for (m, ym) in y.iter_mut().enumerate() {
-                let mut acc = 0.0;
-                for (i, &bi) in self.b.iter().enumerate() {
-                    acc += bi * (dt * self.fs[i * d + m]);
-                }
-                *ym += acc;
-            }
-        }
+        let (field, theta) = (self.field, self.theta);
+        let st = self.rk.stages_len();
+        self.rk.stages(
+            tprev,
+            tnext,
+            y,
+            &mut self.fs,
+            &mut self.ytmp,
+            0,
+            st,
+            &mut |_, t, z, k| field.eval(t, z, theta, k),
+        );
+        self.rk
+            .combine(tnext - tprev, y, &self.fs, &self.ytmp, &mut self.y1);
+        y.copy_from_slice(&self.y1);
     }
 }
 
@@ -626,6 +579,7 @@ pub fn forward_on_times<F: DiffField + ?Sized>(
 #[derive(Clone, Copy)]
 struct StepAt<'a> {
     tab: &'a Tableau,
+    rk: &'a RkStep<f64>,
     tprev: f64,
     tnext: f64,
     y: &'a [f64],
@@ -646,18 +600,6 @@ fn step_vjp_any<F: DiffField + ?Sized>(
     }
 }
 
-/// The time of stage `i` of a step from `tprev` to `tnext` (as [`Stepper::step`]).
-fn stage_time(tab: &Tableau, i: usize, tprev: f64, tnext: f64) -> f64 {
-    let c = tab.c()[i];
-    if i == 0 {
-        tprev
-    } else if c == 1.0 {
-        tnext
-    } else {
-        tprev + c * (tnext - tprev)
-    }
-}
-
 /// One step's VJP by the field's hand-written [`ManualVjp`] (the reverse mode of the
 /// Runge–Kutta step, written out). Forward, with `z_0 = y`:
 ///
@@ -673,41 +615,31 @@ fn stage_time(tab: &Tableau, i: usize, tprev: f64, tnext: f64) -> f64 {
 fn step_vjp_manual(m: &dyn ManualVjp, at: StepAt<'_>, lambda: &mut Vec<f64>, g_theta: &mut [f64]) {
     let StepAt {
         tab,
+        rk,
         tprev,
         tnext,
         y,
         theta,
     } = at;
     let d = y.len();
-    let st = tab.stages();
     let dt = tnext - tprev;
-    let mut ks = vec![0.0; st * d];
-    let mut z = y.to_vec();
+    let mut ks = vec![0.0; tab.stages() * d];
+    let mut z = vec![0.0; d];
     // Stages evaluated: all but an FSAL tableau's last.
-    let evaluated = if tab.fsal() { st - 1 } else { st };
-    for i in 0..evaluated {
-        if i > 0 {
-            for (mi, zm) in z.iter_mut().enumerate() {
-                let mut acc = 0.0;
-                for (j, &aij) in tab.a(i).iter().enumerate() {
-                    acc += aij * (dt * ks[j * d + mi]);
-                }
-                *zm = y[mi] + acc;
-            }
-        }
-        let (_, rest) = ks.split_at_mut(i * d);
-        m.eval_kept(
-            i,
-            stage_time(tab, i, tprev, tnext),
-            &z,
-            theta,
-            &mut rest[..d],
-        );
-    }
+    let evaluated = rk.evaluated_for_state();
+    rk.stages(
+        tprev,
+        tnext,
+        y,
+        &mut ks,
+        &mut z,
+        0,
+        evaluated,
+        &mut |i, t, z, k| m.eval_kept(i, t, z, theta, k),
+    );
     // Cotangents of the stage derivatives from y' (y's own path: ybar = lambda).
-    let mut kbar = vec![0.0; st * d];
-    let weights = if tab.fsal() { tab.a(st - 1) } else { tab.b() };
-    for (j, &wj) in weights.iter().enumerate().take(evaluated) {
+    let mut kbar = vec![0.0; tab.stages() * d];
+    for (j, &wj) in rk.output_weights().iter().enumerate().take(evaluated) {
         if wj != 0.0 {
             for (kb, &l) in kbar[j * d..(j + 1) * d].iter_mut().zip(lambda.iter()) {
                 *kb += wj * dt * l;
@@ -722,7 +654,7 @@ fn step_vjp_manual(m: &dyn ManualVjp, at: StepAt<'_>, lambda: &mut Vec<f64>, g_t
         for (yb, &zb) in ybar.iter_mut().zip(&zbar) {
             *yb += zb;
         }
-        for (j, &aij) in tab.a(i).iter().enumerate() {
+        for (j, &aij) in rk.a_row(i).iter().enumerate() {
             if aij != 0.0 {
                 for (kb, &zb) in before[j * d..(j + 1) * d].iter_mut().zip(&zbar) {
                     *kb += aij * dt * zb;
@@ -742,6 +674,7 @@ fn step_vjp<F: DiffField + ?Sized>(
 ) {
     let StepAt {
         tab,
+        rk,
         tprev,
         tnext,
         y,
@@ -762,13 +695,7 @@ fn step_vjp<F: DiffField + ?Sized>(
                 yi = yi + taped_reuse(&fs[j]) * (aij * dt);
             }
         }
-        let ti = if i == 0 {
-            tprev
-        } else if tab.c()[i] == 1.0 {
-            tnext
-        } else {
-            tprev + tab.c()[i] * dt
-        };
+        let ti = rk.stage_time(i, tprev, tnext);
         if i == st - 1 && tab.fsal() {
             // y_{k+1} is the last stage's input; the last stage does not affect it.
             last_input = Some(yi);
@@ -811,14 +738,10 @@ mod tests {
         let tab = Solver::Tsit5.tableau();
         gradient(
             &field,
-            &tab,
-            &ctl,
-            0.0,
-            1.0,
+            &Integration::new(&tab, &ctl, 0.0, 1.0).with_options(opts),
             &[1.0, 0.5],
             &[0.3, -0.7],
             mode,
-            &opts,
         )
         .unwrap()
     }

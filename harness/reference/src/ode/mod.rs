@@ -22,17 +22,10 @@
 //! after `n = ceil((t1-t0)/nextafter(dt0))`; a NaN error estimate counts as infinite.
 //!
 //! ```
-//! use harness_reference::ode::{fixtures::LotkaVolterra, solve, Controller, SolveOptions, Solver};
+//! use harness_reference::ode::{fixtures::LotkaVolterra, solve, Controller, Integration, Solver};
 //! let lv = LotkaVolterra::new(1.5, 1.0, 3.0, 1.0)?;
-//! let sol = solve(
-//!     &lv,
-//!     &Solver::Tsit5.tableau(),
-//!     &Controller::pid(1e-6, 1e-8)?,
-//!     0.0,
-//!     5.0,
-//!     &[1.0f64, 1.0],
-//!     &SolveOptions::default(),
-//! )?;
+//! let (tsit5, pid) = (Solver::Tsit5.tableau(), Controller::pid(1e-6, 1e-8)?);
+//! let sol = solve(&lv, &Integration::new(&tsit5, &pid, 0.0, 5.0), &[1.0f64, 1.0])?;
 //! // The golden case ode-lv-tsit5-pid records 43 accepted and 8 rejected steps.
 //! assert_eq!((sol.stats.num_accepted_steps, sol.stats.num_rejected_steps), (43, 8));
 //! # Ok::<(), harness_reference::Error>(())
@@ -55,10 +48,11 @@ pub mod grad;
 pub(crate) mod numerics;
 mod problem;
 mod solve;
+pub mod stepper;
 mod tableau;
 
 pub use controller::{Constant, Controller, InitialStep, Pid};
 pub use numerics::{next_down_ftz, next_up};
 pub use problem::{Reversed, VectorField};
-pub use solve::{solve, solve_observed, Solution, SolveOptions, Stats, StepEvent};
+pub use solve::{solve, solve_observed, Integration, Solution, SolveOptions, Stats, StepEvent};
 pub use tableau::{Solver, Tableau};

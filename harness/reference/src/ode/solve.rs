@@ -34,6 +34,7 @@ use super::controller::{
 };
 use super::numerics::{minus_100_ulps, nan_min};
 use super::problem::{Reversed, VectorField};
+use super::stepper::RkStep;
 use super::tableau::Tableau;
 use crate::backend::{Float, Real};
 use crate::error::ensure;
@@ -55,6 +56,55 @@ impl Default for SolveOptions {
             max_steps: 4096,
             save_steps: true,
         }
+    }
+}
+
+/// What to integrate and how, apart from the field and the initial state: the method, the
+/// step-size controller, the interval `[t0, t1]` (`t1 < t0` integrates backward) and the
+/// options. Build it with [`Integration::new`] and adjust with the builder methods.
+///
+/// ```
+/// use harness_reference::ode::{Controller, Integration, Solver};
+/// let tsit5 = Solver::Tsit5.tableau();
+/// let pid = Controller::pid(1e-6, 1e-8)?;
+/// let i = Integration::new(&tsit5, &pid, 0.0, 1.0).max_steps(100).save_steps(false);
+/// assert_eq!((i.options.max_steps, i.options.save_steps), (100, false));
+/// # Ok::<(), harness_reference::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Integration<'a, A> {
+    pub tableau: &'a Tableau,
+    pub controller: &'a Controller,
+    pub t0: A,
+    pub t1: A,
+    pub options: SolveOptions,
+}
+
+impl<'a, A> Integration<'a, A> {
+    /// `tableau` with `controller` from `t0` to `t1`, default [`SolveOptions`].
+    pub fn new(tableau: &'a Tableau, controller: &'a Controller, t0: A, t1: A) -> Self {
+        Integration {
+            tableau,
+            controller,
+            t0,
+            t1,
+            options: SolveOptions::default(),
+        }
+    }
+    /// Replace the options.
+    pub fn with_options(mut self, options: SolveOptions) -> Self {
+        self.options = options;
+        self
+    }
+    /// Attempted steps allowed before the solve fails.
+    pub fn max_steps(mut self, max_steps: usize) -> Self {
+        self.options.max_steps = max_steps;
+        self
+    }
+    /// Record the time and state of every accepted step.
+    pub fn save_steps(mut self, save: bool) -> Self {
+        self.options.save_steps = save;
+        self
     }
 }
 
@@ -94,17 +144,10 @@ pub struct StepEvent<A> {
 /// Solve `dy/dt = f(t, y)`, `y(t0) = y0`, from `t0` to `t1` (either direction).
 ///
 /// ```
-/// use harness_reference::ode::{fixtures::ExpDecay, solve, Controller, SolveOptions, Solver};
+/// use harness_reference::ode::{fixtures::ExpDecay, solve, Controller, Integration, Solver};
 /// let decay = ExpDecay::new(1.0)?;
-/// let sol = solve(
-///     &decay,
-///     &Solver::Tsit5.tableau(),
-///     &Controller::pid(1e-8, 1e-10)?,
-///     0.0,
-///     1.0,
-///     &[1.0f64],
-///     &SolveOptions::default(),
-/// )?;
+/// let (tsit5, pid) = (Solver::Tsit5.tableau(), Controller::pid(1e-8, 1e-10)?);
+/// let sol = solve(&decay, &Integration::new(&tsit5, &pid, 0.0, 1.0), &[1.0f64])?;
 /// assert!((sol.y_final[0] - (-1.0f64).exp()).abs() < 1e-7);
 /// assert_eq!(sol.ts.last(), Some(&1.0));
 /// assert_eq!(sol.stats.num_steps, sol.stats.num_accepted_steps + sol.stats.num_rejected_steps);
@@ -112,28 +155,27 @@ pub struct StepEvent<A> {
 /// ```
 pub fn solve<A: Real, F: VectorField<A> + ?Sized>(
     field: &F,
-    tableau: &Tableau,
-    controller: &Controller,
-    t0: A,
-    t1: A,
+    integration: &Integration<'_, A>,
     y0: &[A],
-    opts: &SolveOptions,
 ) -> Result<Solution<A>> {
-    solve_observed(field, tableau, controller, t0, t1, y0, opts, |_| {})
+    solve_observed(field, integration, y0, |_| {})
 }
 
 /// [`solve`], calling `observer` after every attempted step (accepted or rejected).
-#[allow(clippy::too_many_arguments)]
 pub fn solve_observed<A: Real, F: VectorField<A> + ?Sized>(
     field: &F,
-    tableau: &Tableau,
-    controller: &Controller,
-    t0: A,
-    t1: A,
+    integration: &Integration<'_, A>,
     y0: &[A],
-    opts: &SolveOptions,
     observer: impl FnMut(&StepEvent<A>),
 ) -> Result<Solution<A>> {
+    let Integration {
+        tableau,
+        controller,
+        t0,
+        t1,
+        options,
+    } = *integration;
+    let opts = &options;
     let n = y0.len();
     ensure(
         n > 0,
@@ -261,15 +303,7 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
     let n = y0.len();
     let st = tab.stages();
     let fsal = tab.fsal();
-    // Coefficients in the arithmetic type; `a` flattened row by row (row i has i entries).
-    let c: Vec<A> = tab.c().iter().map(|&x| A::of_f64(x)).collect();
-    let a: Vec<A> = (0..st)
-        .flat_map(|i| tab.a(i).iter().map(|&x| A::of_f64(x)))
-        .collect();
-    let b: Vec<A> = tab.b().iter().map(|&x| A::of_f64(x)).collect();
-    let e: Option<Vec<A>> = tab
-        .b_err()
-        .map(|v| v.iter().map(|&x| A::of_f64(x)).collect());
+    let rk = RkStep::<A>::new(tab);
     // Stage buffers: fs[i*n..(i+1)*n] = f at stage i (unscaled by dt).
     let mut fs = vec![A::zero(); st * n];
     let mut y = y0.to_vec();
@@ -331,50 +365,21 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
             });
         }
         let dt = tnext - tprev;
-        if !f0_valid {
-            g.eval(tprev, &y, &mut fs[..n]);
-            f0_valid = true;
-        }
-        let mut row_start = 0;
-        for i in 1..st {
-            row_start += i - 1;
-            let row = &a[row_start..row_start + i];
-            let (done, rest) = fs.split_at_mut(i * n);
-            for m in 0..n {
-                let mut acc = A::zero();
-                for (j, &aij) in row.iter().enumerate() {
-                    acc += aij * (dt * done[j * n + m]);
-                }
-                ytmp[m] = y[m] + acc;
-            }
-            // diffrax: `jnp.where(c_i == 1, t1, t0 + c_i*dt)` ("no floating point error").
-            let ti = if c[i] == A::one() {
-                tnext
-            } else {
-                tprev + c[i] * dt
-            };
-            g.eval(ti, &ytmp, &mut rest[..n]);
-            if fsal && i == st - 1 {
-                // FSAL tableaus are "SSAL" in diffrax: y1 is the last stage's input.
-                y1.copy_from_slice(&ytmp);
-            }
-        }
-        for m in 0..n {
-            if !fsal {
-                let mut acc = A::zero();
-                for (i, &bi) in b.iter().enumerate() {
-                    acc += bi * (dt * fs[i * n + m]);
-                }
-                y1[m] = y[m] + acc;
-            }
-            if let Some(e) = &e {
-                let mut err = A::zero();
-                for (i, &ei) in e.iter().enumerate() {
-                    err += ei * (dt * fs[i * n + m]);
-                }
-                yerr[m] = if NF::is_nan(err) { A::infinity() } else { err };
-            }
-        }
+        // f0 is already in fs[0] after an accepted FSAL step or the initial-step selection
+        let first = usize::from(f0_valid);
+        rk.stages(
+            tprev,
+            tnext,
+            &y,
+            &mut fs,
+            &mut ytmp,
+            first,
+            st,
+            &mut |_, t, z, k| g.eval(t, z, k),
+        );
+        f0_valid = true;
+        rk.combine(dt, &y, &fs, &ytmp, &mut y1);
+        rk.error(dt, &fs, &mut yerr);
         let (dec, scaled_error): (Decision<A>, Option<A>) = match &mut ctl {
             Run::Const(r) => (r.adapt(tnext), None),
             Run::Pid(r) => {
@@ -460,12 +465,9 @@ mod tests {
         let l = Linear::damped_rotation(0.5, 1.0).unwrap();
         let sol = solve(
             &l,
-            &m.tableau(),
-            &Controller::constant(dt).unwrap(),
-            0.0,
-            2.0,
+            &Integration::new(&m.tableau(), &Controller::constant(dt).unwrap(), 0.0, 2.0)
+                .with_options(opts()),
             &[1.0, 0.0],
-            &opts(),
         )
         .unwrap();
         let exact = Linear::damped_rotation_exact(0.5, 1.0, [1.0, 0.0], 2.0);
@@ -520,7 +522,12 @@ mod tests {
                 _ => Controller::pid(1e-6, 1e-8).unwrap(),
             };
             for (name, f, y0) in &fields {
-                let sol = solve(*f, &m.tableau(), &ctl, 0.0, 3.0, y0, &opts()).unwrap();
+                let sol = solve(
+                    *f,
+                    &Integration::new(&m.tableau(), &ctl, 0.0, 3.0).with_options(opts()),
+                    y0,
+                )
+                .unwrap();
                 let s = sol.stats;
                 assert_eq!(
                     s.num_steps,
@@ -554,10 +561,20 @@ mod tests {
                 max_steps: 100_000,
                 save_steps: false,
             };
-            let sol = solve(&ed, &m.tableau(), &ctl, 0.0, 2.0, &[1.0], &o).unwrap();
+            let sol = solve(
+                &ed,
+                &Integration::new(&m.tableau(), &ctl, 0.0, 2.0).with_options(o),
+                &[1.0],
+            )
+            .unwrap();
             let err = (sol.y_final[0] - ed.exact(1.0, 2.0)).abs();
             assert!(err < tol, "{m} decay: {err:e}");
-            let sol = solve(&fd, &m.tableau(), &ctl, 0.0, 2.0, &[1.5], &o).unwrap();
+            let sol = solve(
+                &fd,
+                &Integration::new(&m.tableau(), &ctl, 0.0, 2.0).with_options(o),
+                &[1.5],
+            )
+            .unwrap();
             let err = (sol.y_final[0] - fd.exact(1.5, 2.0)).abs();
             assert!(err < tol, "{m} forced: {err:e}");
             assert!(
@@ -572,12 +589,14 @@ mod tests {
         let ed = ExpDecay::new(1.3).unwrap();
         let sol = solve(
             &ed,
-            &Tableau::tsit5(),
-            &Controller::pid(1e-5, 1e-7).unwrap(),
-            0.0f32,
-            2.0f32,
+            &Integration::new(
+                &Tableau::tsit5(),
+                &Controller::pid(1e-5, 1e-7).unwrap(),
+                0.0f32,
+                2.0f32,
+            )
+            .with_options(opts()),
             &[1.0f32],
-            &opts(),
         )
         .unwrap();
         assert!(((sol.y_final[0] as f64) - ed.exact(1.0, 2.0)).abs() < CLOSED_FORM_F32);
@@ -598,12 +617,14 @@ mod tests {
             let rtol = if m.tableau().order() == 2 { 1e-4 } else { 1e-6 };
             let sol = solve_observed(
                 &lv,
-                &m.tableau(),
-                &Controller::pid(rtol, rtol * 1e-2).unwrap(),
-                0.0,
-                5.0,
+                &Integration::new(
+                    &m.tableau(),
+                    &Controller::pid(rtol, rtol * 1e-2).unwrap(),
+                    0.0,
+                    5.0,
+                )
+                .with_options(opts()),
                 &[1.0, 1.0],
-                &opts(),
                 |e| events.push(*e),
             )
             .unwrap();
@@ -632,22 +653,14 @@ mod tests {
             };
             let back = solve(
                 &fd,
-                &Tableau::tsit5(),
-                &back_ctl,
-                1.0,
-                -2.0,
+                &Integration::new(&Tableau::tsit5(), &back_ctl, 1.0, -2.0).with_options(opts()),
                 &[0.3],
-                &opts(),
             )
             .unwrap();
             let fwd = solve(
                 &Reversed(&fd),
-                &Tableau::tsit5(),
-                &ctl,
-                -1.0,
-                2.0,
+                &Integration::new(&Tableau::tsit5(), &ctl, -1.0, 2.0).with_options(opts()),
                 &[0.3],
-                &opts(),
             )
             .unwrap();
             assert_eq!(back.ys, fwd.ys);
@@ -665,8 +678,18 @@ mod tests {
             max_steps: 100_000,
             save_steps: false,
         };
-        let fwd = solve(&lv, &Tableau::dopri5(), &ctl, 0.0, 3.0, &[1.0, 1.0], &o).unwrap();
-        let back = solve(&lv, &Tableau::dopri5(), &ctl, 3.0, 0.0, &fwd.y_final, &o).unwrap();
+        let fwd = solve(
+            &lv,
+            &Integration::new(&Tableau::dopri5(), &ctl, 0.0, 3.0).with_options(o),
+            &[1.0, 1.0],
+        )
+        .unwrap();
+        let back = solve(
+            &lv,
+            &Integration::new(&Tableau::dopri5(), &ctl, 3.0, 0.0).with_options(o),
+            &fwd.y_final,
+        )
+        .unwrap();
         for (got, want) in back.y_final.iter().zip([1.0, 1.0]) {
             assert!((got - want).abs() < ROUND_TRIP, "{got} vs {want}");
         }
@@ -677,24 +700,28 @@ mod tests {
         let ed = ExpDecay::new(1.0).unwrap();
         let sol = solve(
             &ed,
-            &Tableau::tsit5(),
-            &Controller::pid(1e-6, 1e-8).unwrap(),
-            0.0,
-            1.0,
+            &Integration::new(
+                &Tableau::tsit5(),
+                &Controller::pid(1e-6, 1e-8).unwrap(),
+                0.0,
+                1.0,
+            )
+            .with_options(opts()),
             &[1.0],
-            &opts(),
         )
         .unwrap();
         assert_eq!(sol.ts[0], 0.01);
         // Backward: the first step ends at t0 - 0.01.
         let sol = solve(
             &ed,
-            &Tableau::tsit5(),
-            &Controller::pid(1e-6, 1e-8).unwrap(),
-            1.0,
-            0.0,
+            &Integration::new(
+                &Tableau::tsit5(),
+                &Controller::pid(1e-6, 1e-8).unwrap(),
+                1.0,
+                0.0,
+            )
+            .with_options(opts()),
             &[1.0],
-            &opts(),
         )
         .unwrap();
         assert_eq!(sol.ts[0], -(-1.0 + 0.01));
@@ -708,12 +735,9 @@ mod tests {
             .initial_step(InitialStep::Hairer);
         let sol = solve(
             &ed,
-            &Tableau::tsit5(),
-            &Controller::Pid(pid),
-            0.0,
-            1.0,
+            &Integration::new(&Tableau::tsit5(), &Controller::Pid(pid), 0.0, 1.0)
+                .with_options(opts()),
             &[1.0],
-            &opts(),
         )
         .unwrap();
         let (mut a, mut b, mut c) = ([0.0], [0.0], [0.0]);
@@ -737,24 +761,23 @@ mod tests {
         let ed = ExpDecay::new(1.0).unwrap();
         let sol = solve(
             &ed,
-            &Tableau::heun(),
-            &Controller::constant(5.0).unwrap(),
-            0.0,
-            0.3,
+            &Integration::new(
+                &Tableau::heun(),
+                &Controller::constant(5.0).unwrap(),
+                0.0,
+                0.3,
+            )
+            .with_options(opts()),
             &[1.0],
-            &opts(),
         )
         .unwrap();
         assert_eq!(sol.ts, vec![0.3]);
         let pid = Pid::new(1e-3, 1e-6).unwrap().dt0(Some(5.0)).unwrap();
         let sol = solve(
             &ed,
-            &Tableau::heun(),
-            &Controller::Pid(pid),
-            0.0,
-            0.3,
+            &Integration::new(&Tableau::heun(), &Controller::Pid(pid), 0.0, 0.3)
+                .with_options(opts()),
             &[1.0],
-            &opts(),
         )
         .unwrap();
         assert_eq!(sol.ts.last(), Some(&0.3));
@@ -766,12 +789,14 @@ mod tests {
         let ed = ExpDecay::new(1.0).unwrap();
         let sol = solve(
             &ed,
-            &Tableau::midpoint(),
-            &Controller::constant(0.3).unwrap(),
-            0.0,
-            1.0,
+            &Integration::new(
+                &Tableau::midpoint(),
+                &Controller::constant(0.3).unwrap(),
+                0.0,
+                1.0,
+            )
+            .with_options(opts()),
             &[1.0],
-            &opts(),
         )
         .unwrap();
         assert_eq!(sol.ts, vec![0.3, 0.5, 0.75, 1.0]);
@@ -788,12 +813,9 @@ mod tests {
         let pid = Pid::new(1e-3, 1e-6).unwrap().dt0(Some(almost)).unwrap();
         let sol = solve(
             &f,
-            &Tableau::heun(),
-            &Controller::Pid(pid),
-            0.0,
-            t1,
+            &Integration::new(&Tableau::heun(), &Controller::Pid(pid), 0.0, t1)
+                .with_options(opts()),
             &[1.0],
-            &opts(),
         )
         .unwrap();
         // The first step ends at `almost` (the initial step is only clipped by min(., t1)); the
@@ -806,12 +828,14 @@ mod tests {
         let ed = ExpDecay::new(1.0).unwrap();
         let sol = solve(
             &ed,
-            &Tableau::tsit5(),
-            &Controller::pid(1e-6, 1e-8).unwrap(),
-            2.0,
-            2.0,
+            &Integration::new(
+                &Tableau::tsit5(),
+                &Controller::pid(1e-6, 1e-8).unwrap(),
+                2.0,
+                2.0,
+            )
+            .with_options(opts()),
             &[3.0],
-            &opts(),
         )
         .unwrap();
         assert_eq!(sol.y_final, vec![3.0]);
@@ -825,7 +849,11 @@ mod tests {
         let t5 = Tableau::tsit5();
         let pid = Controller::pid(1e-6, 1e-8).unwrap();
         let run = |ctl: &Controller, t0: f64, t1: f64, y0: &[f64]| {
-            solve(&ed, &t5, ctl, t0, t1, y0, &opts())
+            solve(
+                &ed,
+                &Integration::new(&t5, ctl, t0, t1).with_options(opts()),
+                y0,
+            )
         };
         assert_eq!(bad_name(run(&pid, 0.0, 1.0, &[])), "y0");
         assert_eq!(bad_name(run(&pid, 0.0, 1.0, &[f64::NAN])), "y0");
@@ -866,12 +894,8 @@ mod tests {
         assert_eq!(
             bad_name(solve(
                 &ed,
-                &Tableau::euler(),
-                &pid,
-                0.0,
-                1.0,
-                &[1.0],
-                &opts()
+                &Integration::new(&Tableau::euler(), &pid, 0.0, 1.0).with_options(opts()),
+                &[1.0]
             )),
             "controller"
         );
@@ -884,13 +908,21 @@ mod tests {
         // A dt0 that underflows in f32.
         let tiny = Controller::constant(1e-50).unwrap();
         assert!(matches!(
-            solve(&ed, &t5, &tiny, 0.0f32, 1.0, &[1.0f32], &opts()),
+            solve(
+                &ed,
+                &Integration::new(&t5, &tiny, 0.0f32, 1.0).with_options(opts()),
+                &[1.0f32]
+            ),
             Err(Error::InvalidHyper { name: "dt0", .. })
         ));
         // The field's declared dimension is checked.
         let lin = Linear::damped_rotation(0.5, 1.0).unwrap();
         assert!(matches!(
-            solve(&lin, &t5, &pid, 0.0, 1.0, &[1.0], &opts()),
+            solve(
+                &lin,
+                &Integration::new(&t5, &pid, 0.0, 1.0).with_options(opts()),
+                &[1.0]
+            ),
             Err(Error::ShapeMismatch { .. })
         ));
     }
@@ -904,12 +936,14 @@ mod tests {
         };
         let r = solve(
             &ed,
-            &Tableau::heun(),
-            &Controller::constant(0.1).unwrap(),
-            0.0,
-            1.0,
+            &Integration::new(
+                &Tableau::heun(),
+                &Controller::constant(0.1).unwrap(),
+                0.0,
+                1.0,
+            )
+            .with_options(o),
             &[1.0],
-            &o,
         );
         assert_eq!(
             r,
@@ -926,12 +960,14 @@ mod tests {
         };
         assert!(solve(
             &ed,
-            &Tableau::heun(),
-            &Controller::constant(0.1).unwrap(),
-            0.0,
-            1.0,
-            &[1.0],
-            &o
+            &Integration::new(
+                &Tableau::heun(),
+                &Controller::constant(0.1).unwrap(),
+                0.0,
+                1.0
+            )
+            .with_options(o),
+            &[1.0]
         )
         .is_ok());
         // max_steps = 0 fails immediately unless there is nothing to do.
@@ -942,12 +978,14 @@ mod tests {
         assert!(matches!(
             solve(
                 &ed,
-                &Tableau::heun(),
-                &Controller::constant(0.1).unwrap(),
-                0.0,
-                1.0,
-                &[1.0],
-                &o
+                &Integration::new(
+                    &Tableau::heun(),
+                    &Controller::constant(0.1).unwrap(),
+                    0.0,
+                    1.0
+                )
+                .with_options(o),
+                &[1.0]
             ),
             Err(Error::MaxStepsExceeded { .. })
         ));
@@ -958,12 +996,14 @@ mod tests {
         let f = |_t: f64, _y: &[f64], dy: &mut [f64]| dy[0] = f64::NAN;
         let r = solve(
             &f,
-            &Tableau::dopri5(),
-            &Controller::pid(1e-6, 1e-8).unwrap(),
-            0.0,
-            1.0,
+            &Integration::new(
+                &Tableau::dopri5(),
+                &Controller::pid(1e-6, 1e-8).unwrap(),
+                0.0,
+                1.0,
+            )
+            .with_options(opts()),
             &[1.0],
-            &opts(),
         );
         assert!(
             matches!(
@@ -982,12 +1022,14 @@ mod tests {
         let f = |t: f64, y: &[f64], dy: &mut [f64]| dy[0] = if t > 0.5 { f64::NAN } else { -y[0] };
         let sol = solve(
             &f,
-            &Tableau::heun(),
-            &Controller::constant(0.1).unwrap(),
-            0.0,
-            1.0,
+            &Integration::new(
+                &Tableau::heun(),
+                &Controller::constant(0.1).unwrap(),
+                0.0,
+                1.0,
+            )
+            .with_options(opts()),
             &[1.0],
-            &opts(),
         )
         .unwrap();
         assert!(sol.y_final[0].is_nan());
@@ -1003,15 +1045,17 @@ mod tests {
         let mut accepted_beyond = false;
         let r = solve_observed(
             &f,
-            &Tableau::bosh3(),
-            &Controller::pid(1e-6, 1e-8).unwrap(),
-            0.0,
-            1.0,
-            &[1.0],
-            &SolveOptions {
+            &Integration::new(
+                &Tableau::bosh3(),
+                &Controller::pid(1e-6, 1e-8).unwrap(),
+                0.0,
+                1.0,
+            )
+            .with_options(SolveOptions {
                 max_steps: 200,
                 save_steps: false,
-            },
+            }),
+            &[1.0],
             |e| {
                 if e.accepted && e.t_end > 0.5 {
                     accepted_beyond = true;

@@ -4,24 +4,16 @@
 
 harness::install_counting_allocator!();
 
+mod common;
+use common::assert_law_holds;
+
 use harness::backend::DType;
-use harness::laws::{self, RunConfig};
 use harness::optim::linesearch::{
     point, sgd_linesearch, value_and_grad_from_state, BacktrackingHyper, LineSearch, Matyas,
     Objective, Quadratic, Rosenbrock, Scalar, Staged,
 };
 use harness::stage::LeafSig;
 use harness::tree::{apply_updates, Tree};
-
-fn assert_law_holds(name: &str) {
-    let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
-    let r = laws::run(&law, RunConfig::new(None, None));
-    assert!(
-        r.passed,
-        "{name} failed:\n{}",
-        r.counterexample.unwrap_or_default()
-    );
-}
 
 #[test]
 fn armijo_holds_at_the_returned_params_when_success_is_reported() {

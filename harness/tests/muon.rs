@@ -4,22 +4,14 @@
 
 harness::install_counting_allocator!();
 
+mod common;
+use common::assert_law_holds;
+
 use harness::backend::Array;
-use harness::laws::{self, RunConfig};
 use harness::optim::muon::{MuonStepper, Sharding};
 use harness::optim::{CoeffSpec, Muon, MuonHyper, Transform};
 use harness::reference::Error;
 use harness::tree::Tree;
-
-fn assert_law_holds(name: &str) {
-    let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
-    let r = laws::run(&law, RunConfig::new(None, None));
-    assert!(
-        r.passed,
-        "{name} failed:\n{}",
-        r.counterexample.unwrap_or_default()
-    );
-}
 
 #[test]
 fn state_signature_coeffs_traces_and_iterations() {

@@ -4,21 +4,12 @@
 
 harness::install_counting_allocator!();
 
+mod common;
+use common::assert_law_holds;
+
 use harness::backend::{DType, Float};
-use harness::laws::{self, RunConfig};
 use harness::reference::Error;
 use harness::stack::{bounds, build, build_any, forward, StackConfig, Strategy, TensorId};
-
-fn assert_law_holds(name: &str) {
-    let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
-    assert!(!law.measures_memory);
-    let r = laws::run(&law, RunConfig::new(None, None));
-    assert!(
-        r.passed,
-        "{name} failed:\n{}",
-        r.counterexample.unwrap_or_default()
-    );
-}
 
 #[test]
 fn all_strategies_build_the_bit_identical_stack() {

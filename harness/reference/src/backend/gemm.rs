@@ -1,0 +1,380 @@
+//! The GEMM kernel dfdx's CPU matmul calls (`gemm` 0.15), issued directly into planned buffers,
+//! single-threaded or split across a [`crate::pool::Pool`], whole or by upper-triangle tiles.
+
+use super::Real;
+use crate::pool::Pool;
+
+/// A strided read-only matrix operand of [`gemm_into`]: element `(i, j)` is
+/// `data[offset + i*rs + j*cs]`.
+#[derive(Clone, Copy)]
+pub struct Operand<'a, A> {
+    pub data: &'a [A],
+    pub offset: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+/// `dst[i*dst_rs + j] = sum_k lhs(i,k) rhs(k,j)` for an `m x n` block, overwriting `dst`, through
+/// the very `gemm::gemm` call dfdx's CPU matmul makes (so results are bit-identical to dfdx's).
+/// Products of fewer than [`GEMM_PARALLEL_MIN`] multiply-adds run on the calling thread; larger
+/// ones use gemm's rayon parallelism (dfdx always does), which allocates per call (see the
+/// module notes); single-threaded calls reuse their thread's scratch.
+///
+/// Panics if an operand's strided extent falls outside its slice (a bug in the caller's plan).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_into<A: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [A],
+    dst_offset: usize,
+    dst_rs: usize,
+    lhs: Operand<'_, A>,
+    rhs: Operand<'_, A>,
+) {
+    if !gemm_checked(m, n, k, dst, dst_offset, dst_rs, &lhs, &rhs) {
+        return;
+    }
+    let parallelism = if m * n * k < GEMM_PARALLEL_MIN {
+        gemm::Parallelism::None
+    } else {
+        gemm::Parallelism::Rayon(rayon::current_num_threads())
+    };
+    // SAFETY: `gemm_checked` asserted every touched index in bounds; `dst` is borrowed mutably,
+    // the operands immutably, so they do not alias.
+    unsafe {
+        gemm_raw(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr().add(dst_offset),
+            dst_rs,
+            lhs.data.as_ptr().add(lhs.offset),
+            lhs.rs,
+            lhs.cs,
+            rhs.data.as_ptr().add(rhs.offset),
+            rhs.rs,
+            rhs.cs,
+            parallelism,
+        )
+    }
+}
+
+/// Output widths up to this may take gemm 0.15's small-size path (`m, n <= 64` after its
+/// transpose to a column-oriented destination, `gemm-common` `gemm.rs`), whose depth chunk is
+/// `kc = min(k, 512)` instead of `kernel_params`' `ceil(k / ceil(k / auto_kc))`: a block of at
+/// most 64 rows of a narrow product could then sum over `k` in other chunks than the whole
+/// product. [`gemm_into_pooled`] splits rows only of wider products.
+pub const GEMM_SMALL_SIDE: usize = 64;
+
+/// [`gemm_into`] with the `m` output rows split into [`Pool::threads`] contiguous blocks, each
+/// one single-threaded `gemm::gemm` call (`Parallelism::None`) on its own pool thread. Each
+/// element of the output is computed by the same kernel with the same depth chunks as in one
+/// call over all rows (gemm's depth chunk depends on `k` only, for outputs wider than
+/// [`GEMM_SMALL_SIDE`]; rows are independent), so the result is bit-identical to [`gemm_into`]'s
+/// whatever the number of threads (tested below). Products smaller than [`GEMM_PARALLEL_MIN`],
+/// narrower than [`GEMM_SMALL_SIDE`] or with fewer than two rows per thread run as one call on
+/// the calling thread.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_into_pooled<A: Real>(
+    pool: &mut Pool,
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [A],
+    dst_offset: usize,
+    dst_rs: usize,
+    lhs: Operand<'_, A>,
+    rhs: Operand<'_, A>,
+) {
+    if !gemm_checked(m, n, k, dst, dst_offset, dst_rs, &lhs, &rhs) {
+        return;
+    }
+    let parts = pool.threads();
+    let split =
+        parts > 1 && m * n * k >= GEMM_PARALLEL_MIN && n > GEMM_SMALL_SIDE && m >= 2 * parts;
+    let parts = if split { parts } else { 1 };
+    let d = SendPtr(dst.as_mut_ptr().wrapping_add(dst_offset));
+    let l = SendPtr(lhs.data.as_ptr().wrapping_add(lhs.offset) as *mut A);
+    let r = SendPtr(rhs.data.as_ptr().wrapping_add(rhs.offset) as *mut A);
+    let part = |i: usize| {
+        // rows [m i / parts, m (i+1) / parts)
+        let (r0, r1) = (m * i / parts, m * (i + 1) / parts);
+        if r1 == r0 {
+            return;
+        }
+        // SAFETY: `gemm_checked` asserted the whole product in bounds; part `i` writes only the
+        // rows `r0..r1` of `dst` (disjoint from every other part's, as `dst_rs >= n`), and reads
+        // the operands, which nothing writes during the call.
+        unsafe {
+            gemm_raw(
+                r1 - r0,
+                n,
+                k,
+                d.get().add(r0 * dst_rs),
+                dst_rs,
+                l.get().add(r0 * lhs.rs),
+                lhs.rs,
+                lhs.cs,
+                r.get(),
+                rhs.rs,
+                rhs.cs,
+                gemm::Parallelism::None,
+            )
+        }
+    };
+    if parts == 1 {
+        part(0);
+    } else {
+        pool.run(&part);
+    }
+}
+
+/// One tile of a tiled product: output rows `r0..r1`, columns `c0..c1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tile {
+    pub r0: usize,
+    pub r1: usize,
+    pub c0: usize,
+    pub c1: usize,
+}
+
+/// `dst[r0..r1, c0..c1] = lhs[r0..r1, :] rhs[:, c0..c1]` for every tile of `tiles` (the
+/// operands are an `m x k` and a `k x n` matrix; tiles lie inside `m x n`). Thread `t` of the
+/// pool takes tiles `t, t + threads, ...`, each one single-threaded `gemm::gemm` call: a tile's
+/// result does not depend on which thread computes it, so the output is bit-identical for
+/// every thread count. Tiles must not overlap.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_tiles_pooled<A: Real>(
+    pool: &mut Pool,
+    tiles: &[Tile],
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [A],
+    dst_rs: usize,
+    lhs: Operand<'_, A>,
+    rhs: Operand<'_, A>,
+) {
+    if !gemm_checked(m, n, k, dst, 0, dst_rs, &lhs, &rhs) {
+        return;
+    }
+    for t in tiles {
+        assert!(
+            t.r0 <= t.r1 && t.r1 <= m && t.c0 <= t.c1 && t.c1 <= n,
+            "gemm_tiles_pooled: tile {t:?} outside {m} x {n}"
+        );
+    }
+    let threads = pool.threads();
+    let d = SendPtr(dst.as_mut_ptr());
+    let l = SendPtr(lhs.data.as_ptr().wrapping_add(lhs.offset) as *mut A);
+    let r = SendPtr(rhs.data.as_ptr().wrapping_add(rhs.offset) as *mut A);
+    let part = |p: usize| {
+        for t in tiles.iter().skip(p).step_by(threads) {
+            if t.r1 == t.r0 || t.c1 == t.c0 {
+                continue;
+            }
+            // SAFETY: `gemm_checked` asserted the whole `m x n` product in bounds and every
+            // tile lies inside it; tiles are disjoint, so parts write disjoint elements of
+            // `dst`, and the operands are only read.
+            unsafe {
+                gemm_raw(
+                    t.r1 - t.r0,
+                    t.c1 - t.c0,
+                    k,
+                    d.get().add(t.r0 * dst_rs + t.c0),
+                    dst_rs,
+                    l.get().add(t.r0 * lhs.rs),
+                    lhs.rs,
+                    lhs.cs,
+                    r.get().add(t.c0 * rhs.cs),
+                    rhs.rs,
+                    rhs.cs,
+                    gemm::Parallelism::None,
+                )
+            }
+        }
+    };
+    if threads == 1 || tiles.len() < 2 {
+        for p in 0..threads {
+            part(p);
+        }
+    } else {
+        pool.run(&part);
+    }
+}
+
+/// A raw pointer that may cross to pool threads (each part touches its own rows only).
+#[derive(Clone, Copy)]
+struct SendPtr<A>(*mut A);
+// SAFETY: see `gemm_into_pooled`: parts write disjoint rows and only read shared operands.
+unsafe impl<A> Send for SendPtr<A> {}
+unsafe impl<A> Sync for SendPtr<A> {}
+impl<A> SendPtr<A> {
+    fn get(self) -> *mut A {
+        self.0
+    }
+}
+
+/// Bounds checks shared by the GEMM entry points; `false` when nothing is left to compute
+/// (empty output; `k = 0` zero-fills it).
+#[allow(clippy::too_many_arguments)]
+fn gemm_checked<A: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [A],
+    dst_offset: usize,
+    dst_rs: usize,
+    lhs: &Operand<'_, A>,
+    rhs: &Operand<'_, A>,
+) -> bool {
+    if m == 0 || n == 0 {
+        return false;
+    }
+    let last = |o: usize, rs: usize, cs: usize, r: usize, c: usize| o + (r - 1) * rs + (c - 1) * cs;
+    assert!(
+        last(dst_offset, dst_rs, 1, m, n) < dst.len() && (m == 1 || dst_rs >= n),
+        "gemm_into: dst"
+    );
+    if k == 0 {
+        for i in 0..m {
+            dst[dst_offset + i * dst_rs..dst_offset + i * dst_rs + n].fill(A::default());
+        }
+        return false;
+    }
+    assert!(
+        last(lhs.offset, lhs.rs, lhs.cs, m, k) < lhs.data.len(),
+        "gemm_into: lhs"
+    );
+    assert!(
+        last(rhs.offset, rhs.rs, rhs.cs, k, n) < rhs.data.len(),
+        "gemm_into: rhs"
+    );
+    true
+}
+
+/// The `gemm::gemm` call dfdx makes, on raw pointers: `dst` row-major with row stride
+/// `dst_rs`, `read_dst = false`, `alpha = 0`, `beta = 1`, no conjugation.
+///
+/// # Safety
+/// Every element of the `m x n` output and of the `m x k`, `k x n` operands at the given
+/// strides must be in bounds, and the output must not overlap the operands.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_raw<A: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut A,
+    dst_rs: usize,
+    lhs: *const A,
+    lhs_rs: usize,
+    lhs_cs: usize,
+    rhs: *const A,
+    rhs_rs: usize,
+    rhs_cs: usize,
+    parallelism: gemm::Parallelism,
+) {
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        1,
+        dst_rs as isize,
+        false,
+        lhs,
+        lhs_cs as isize,
+        lhs_rs as isize,
+        rhs,
+        rhs_cs as isize,
+        rhs_rs as isize,
+        A::default(),
+        A::of_f64(1.0),
+        false,
+        false,
+        false,
+        parallelism,
+    )
+}
+
+/// Multiply-adds from which [`gemm_into`] runs multi-threaded (2^22: a 128x128x256 product).
+pub const GEMM_PARALLEL_MIN: usize = 1 << 22;
+
+#[cfg(test)]
+mod gemm_tests {
+    use super::*;
+
+    fn data<A: Real>(len: usize, seed: f64) -> Vec<A> {
+        (0..len)
+            .map(|i| A::of_f64((i as f64 * seed).sin()))
+            .collect()
+    }
+
+    fn bits<A: Real>(v: &[A]) -> Vec<u64> {
+        v.iter().map(|x| x.as_f64().to_bits()).collect()
+    }
+
+    /// `m x n` from `m x k` and either a `k x n` operand or (transposed) an `n x k` one.
+    fn check_splits<A: Real>(m: usize, n: usize, k: usize, transposed_rhs: bool) {
+        let l = data::<A>(m * k, 0.37);
+        let r = data::<A>(k * n, 0.71);
+        let lhs = |off: usize| Operand {
+            data: &l,
+            offset: off,
+            rs: k,
+            cs: 1,
+        };
+        let rhs = if transposed_rhs {
+            Operand {
+                data: &r,
+                offset: 0,
+                rs: 1,
+                cs: k,
+            }
+        } else {
+            Operand {
+                data: &r,
+                offset: 0,
+                rs: n,
+                cs: 1,
+            }
+        };
+        let mut whole = vec![A::default(); m * n];
+        gemm_into(m, n, k, &mut whole, 0, n, lhs(0), rhs);
+        // any row block is reduced exactly as in the whole product
+        for r0 in [2, 17, m / 3, m / 2, m - 2] {
+            let mut split = vec![A::default(); m * n];
+            gemm_into(r0, n, k, &mut split, 0, n, lhs(0), rhs);
+            gemm_into(m - r0, n, k, &mut split, r0 * n, n, lhs(r0 * k), rhs);
+            assert_eq!(bits(&split), bits(&whole), "{m}x{n}x{k} split at {r0}");
+        }
+        for threads in 1..=4 {
+            let mut pool = Pool::new(threads);
+            let mut pooled = vec![A::default(); m * n];
+            gemm_into_pooled(&mut pool, m, n, k, &mut pooled, 0, n, lhs(0), rhs);
+            assert_eq!(
+                bits(&pooled),
+                bits(&whole),
+                "{m}x{n}x{k} on {threads} threads"
+            );
+        }
+    }
+
+    #[test]
+    fn row_blocks_of_a_product_are_bit_identical_to_the_whole_whatever_the_thread_count() {
+        // wide enough for gemm's general path (n > GEMM_SMALL_SIDE); the larger shapes reach
+        // GEMM_PARALLEL_MIN, so the pooled form really splits; k > 512 crosses a depth chunk
+        for (m, n, k) in [
+            (130, 90, 70),
+            (256, 256, 256),
+            (300, 200, 1100),
+            (512, 512, 512),
+        ] {
+            check_splits::<f32>(m, n, k, false);
+            check_splits::<f32>(m, n, k, true);
+            check_splits::<f64>(m, n, k, false);
+            check_splits::<f64>(m, n, k, true);
+        }
+    }
+}

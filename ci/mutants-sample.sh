@@ -123,7 +123,7 @@ lines = [
     "",
     f"Written by `ci/mutants-sample.sh` from {len(shards)} round-robin shard(s) of {n_shards} "
     f"(shard k holds mutant i when i % {n_shards} = k, so each shard spreads over every file of "
-    "`harness/src/{optim,ode,stack,stage,cnf}`). Each shard's own report is linked.",
+    "`harness/reference/src/{optim,ode,stack,stage,cnf}`). Each shard's own report is linked.",
     "",
     "| shard | mutants | caught | missed | unviable | timeout | score |",
     "|---|---|---|---|---|---|---|",

@@ -10,7 +10,7 @@
 #
 # Environment:
 #   MUTANTS_FILES    space-separated files or directories to mutate (default: the reference
-#                    modules harness/src/{optim,ode,stack,stage,cnf}; missing ones are skipped)
+#                    modules harness/reference/src/{optim,ode,stack,stage,cnf}; missing ones are skipped)
 #   MUTANTS_SHARD    k/n: run only shard k (0-based) of n, cargo-mutants --shard (default: all)
 #   MUTANTS_SHARDING slice (cargo-mutants' default: shard k is the k-th consecutive range, e.g. one
 #                    file's mutants) or round-robin (mutant i on shard i % n: a systematic sample
@@ -39,7 +39,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-FILES="${MUTANTS_FILES:-harness/src/optim harness/src/ode harness/src/stack harness/src/stage harness/src/cnf}"
+FILES="${MUTANTS_FILES:-harness/reference/src/optim harness/reference/src/ode harness/reference/src/stack harness/reference/src/stage harness/reference/src/cnf}"
 OUT="${MUTANTS_OUT:-fixtures/mutants}"
 JOBS="${MUTANTS_JOBS:-1}"
 
@@ -47,7 +47,9 @@ if ! command -v cargo-mutants >/dev/null 2>&1; then
   cargo install --locked cargo-mutants
 fi
 
-args=(--package harness --profile release --jobs "$JOBS" --no-shuffle)
+# The reference crate is mutated; the laws that must catch each mutant are the harness crate's
+# tests, so every test of the workspace runs (cargo-mutants --test-workspace).
+args=(--package harness-reference --test-workspace=true --profile release --jobs "$JOBS" --no-shuffle)
 for f in $FILES; do
   if [[ -d "$f" ]]; then
     args+=("--file=${f%/}/**")

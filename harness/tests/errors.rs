@@ -149,3 +149,79 @@ fn array_data_length_must_match_shape() {
 fn count_saturates_at_int32_max() {
     assert_eq!(optim::moments::safe_increment(i32::MAX), i32::MAX);
 }
+
+#[test]
+fn zero_cases_and_unreadable_environment_values_are_usage_errors_not_silent_defaults() {
+    use harness::laws::RunConfig;
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    assert!(RunConfig::from_sources(Some(0), None, env(&[]))
+        .unwrap_err()
+        .contains("0 cases"));
+    for (var, value, needle) in [
+        ("PROPTEST_CASES", "0", "0 cases"),
+        ("PROPTEST_CASES", "4294967296", "PROPTEST_CASES"),
+        ("PROPTEST_CASES", "abc", "PROPTEST_CASES"),
+        ("HARNESS_SEED", "abc", "HARNESS_SEED"),
+        ("HARNESS_SEED", "-1", "HARNESS_SEED"),
+    ] {
+        let pairs: &'static [(&'static str, &'static str)] = Box::leak(Box::new([(var, value)]));
+        let e = RunConfig::from_sources(None, None, env(pairs)).unwrap_err();
+        assert!(e.contains(needle), "{var}={value}: {e}");
+    }
+    let ok = RunConfig::from_sources(
+        None,
+        None,
+        env(&[("PROPTEST_CASES", "7"), ("HARNESS_SEED", "9")]),
+    )
+    .unwrap();
+    assert_eq!((ok.cases, ok.seed), (Some(7), 9));
+    // an explicit flag wins over the variable
+    let flag =
+        RunConfig::from_sources(Some(3), Some(4), env(&[("PROPTEST_CASES", "abc")])).unwrap();
+    assert_eq!((flag.cases, flag.seed), (Some(3), 4));
+}
+
+#[test]
+fn an_output_that_is_an_input_another_output_or_inside_an_input_directory_is_refused() {
+    use harness::report::output::Outputs;
+    let dir = std::env::temp_dir().join(format!("harness-outputs-{}", std::process::id()));
+    let cases = dir.join("cases");
+    std::fs::create_dir_all(&cases).unwrap();
+    let image = dir.join("ring.pgm");
+    std::fs::write(&image, b"P5").unwrap();
+    let same = |a: &std::path::Path| Outputs::new().input(&image).output("--svg", a).check();
+    assert!(same(&image).unwrap_err().contains("is also an input"));
+    // the same file through a different spelling
+    let dotted = dir.join(".").join("ring.pgm");
+    assert!(same(&dotted).unwrap_err().contains("is also an input"));
+    let two = Outputs::new()
+        .output("--json", dir.join("same.out"))
+        .output("--svg", dir.join("same.out"))
+        .check()
+        .unwrap_err();
+    assert!(two.contains("is also the output of --json"), "{two}");
+    let inside = Outputs::new()
+        .input(&cases)
+        .output("--json", cases.join("results.json"))
+        .check()
+        .unwrap_err();
+    assert!(inside.contains("inside the input directory"), "{inside}");
+    let missing = Outputs::new()
+        .output("--json", dir.join("no/such/dir/out.json"))
+        .check()
+        .unwrap_err();
+    assert!(missing.contains("does not exist"), "{missing}");
+    assert_eq!(
+        std::fs::read(&image).unwrap(),
+        b"P5",
+        "the input is untouched"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

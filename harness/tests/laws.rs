@@ -224,7 +224,7 @@ fn default_f16_radam_with_unit_gradients_stays_in_the_finiteness_domain() {
 fn update_bound_bounds_every_branch_and_update_of_the_reference() {
     use harness::backend::DType;
     use proptest::prelude::*;
-    let run = laws::RunConfig::new(None, None);
+    let run = laws::RunConfig::new(None, None).unwrap();
     let strategy = (
         laws::strategies::opt_case(16),
         proptest::option::of(-300i32..-1),

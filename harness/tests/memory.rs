@@ -12,7 +12,7 @@ use harness::stack::StackConfig;
 
 fn radam_steps_trace_once_and_memory_stays_flat() {
     let law = laws::find("radam_steps_trace_once_memory_flat").unwrap();
-    let r = laws::run(&law, RunConfig::new(None, None));
+    let r = laws::run(&law, RunConfig::new(None, None).unwrap());
     assert!(r.passed, "{}", r.counterexample.unwrap_or_default());
 }
 
@@ -67,7 +67,7 @@ fn measure_sees_an_allocation_and_its_release() {
 fn assert_memory_law(name: &str) {
     let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
     assert!(law.measures_memory, "{name}");
-    let r = laws::run(&law, RunConfig::new(None, None));
+    let r = laws::run(&law, RunConfig::new(None, None).unwrap());
     assert!(r.passed, "{name}: {}", r.counterexample.unwrap_or_default());
 }
 
@@ -222,7 +222,7 @@ fn muon_allocation_check_fails_on_a_fresh_workspace_per_call() {
 
 fn ode_checkpointed_gradient_memory_stays_within_its_bound() {
     let law = laws::find("ode_grad_checkpoint_memory_bound").unwrap();
-    let r = laws::run(&law, RunConfig::new(None, None));
+    let r = laws::run(&law, RunConfig::new(None, None).unwrap());
     assert!(r.passed, "{}", r.counterexample.unwrap_or_default());
 }
 
@@ -243,7 +243,7 @@ fn print_grad_memory(label: &str, rows: &[harness::laws::ode::GradMemory]) {
 
 fn cnf_training_traces_once_and_memory_stays_flat() {
     let law = laws::find("cnf_train_trace_once").unwrap();
-    let r = laws::run(&law, RunConfig::new(None, None));
+    let r = laws::run(&law, RunConfig::new(None, None).unwrap());
     assert!(r.passed, "{}", r.counterexample.unwrap_or_default());
 }
 

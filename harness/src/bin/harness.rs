@@ -294,6 +294,7 @@ fn check_report(
             golden.display()
         )));
     }
+    harness::laws::RunConfig::new(cases, seed).map_err(Usage)?;
     let cfg = ReportConfig {
         law,
         cases,
@@ -327,7 +328,7 @@ fn check(
     seed: Option<u64>,
     json: Option<PathBuf>,
 ) -> Outcome {
-    let reports = harness::laws::run_all(law.as_deref(), cases, seed);
+    let reports = harness::laws::run_all(law.as_deref(), cases, seed).map_err(Usage)?;
     if reports.is_empty() {
         return Err(Usage(format!(
             "--law {:?}: no law matches",

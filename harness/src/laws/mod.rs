@@ -96,13 +96,50 @@ pub struct RunConfig {
 pub const DEFAULT_SEED: u64 = 0x5eed_1a75;
 
 impl RunConfig {
-    /// From explicit values, falling back to `PROPTEST_CASES` / `HARNESS_SEED`.
-    pub fn new(cases: Option<u32>, seed: Option<u64>) -> Self {
-        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
-        Self {
-            cases: cases.or_else(|| env("PROPTEST_CASES").map(|c: u64| c as u32)),
-            seed: seed.or_else(|| env("HARNESS_SEED")).unwrap_or(DEFAULT_SEED),
+    /// From explicit values, falling back to the `PROPTEST_CASES` / `HARNESS_SEED` environment
+    /// variables, then to each law's own case count and [`DEFAULT_SEED`]. Zero cases, or a value
+    /// that is not a number in range (flag or variable), is an error naming it: a law run with
+    /// no case would pass without checking anything.
+    pub fn new(cases: Option<u32>, seed: Option<u64>) -> Result<Self, String> {
+        Self::from_sources(cases, seed, |k| std::env::var(k).ok())
+    }
+
+    /// [`RunConfig::new`] reading variables through `var` (tests pass their own).
+    pub fn from_sources(
+        cases: Option<u32>,
+        seed: Option<u64>,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let cases = match cases {
+            Some(c) => Some(c),
+            None => match var("PROPTEST_CASES") {
+                None => None,
+                Some(v) => Some(v.trim().parse::<u32>().map_err(|_| {
+                    format!(
+                        "PROPTEST_CASES={v:?} is not a case count (1 to {})",
+                        u32::MAX
+                    )
+                })?),
+            },
+        };
+        if cases == Some(0) {
+            return Err(
+                "0 cases would check nothing: give at least 1 (--cases or PROPTEST_CASES)".into(),
+            );
         }
+        let seed = match seed {
+            Some(s) => s,
+            None => match var("HARNESS_SEED") {
+                None => DEFAULT_SEED,
+                Some(v) => v.trim().parse::<u64>().map_err(|_| {
+                    format!(
+                        "HARNESS_SEED={v:?} is not a seed (an integer 0 to {})",
+                        u64::MAX
+                    )
+                })?,
+            },
+        };
+        Ok(Self { cases, seed })
     }
 }
 
@@ -180,13 +217,17 @@ pub fn timed(
 }
 
 /// Run every law whose name contains `pattern`.
-pub fn run_all(pattern: Option<&str>, cases: Option<u32>, seed: Option<u64>) -> Vec<LawReport> {
-    let cfg = RunConfig::new(cases, seed);
-    registry()
+pub fn run_all(
+    pattern: Option<&str>,
+    cases: Option<u32>,
+    seed: Option<u64>,
+) -> Result<Vec<LawReport>, String> {
+    let cfg = RunConfig::new(cases, seed)?;
+    Ok(registry()
         .iter()
         .filter(|l| pattern.is_none_or(|p| l.name.contains(p)))
         .map(|l| run(l, cfg))
-        .collect()
+        .collect())
 }
 
 /// Look a law up by exact name.

@@ -170,10 +170,13 @@ impl Report {
 
 /// Run everything `cfg` asks for, advancing `bar` (length and message are set here).
 pub fn collect(cfg: &ReportConfig, bar: &ProgressBar) -> Report {
-    let run_cfg = RunConfig::new(cfg.cases, cfg.seed);
+    let mut errors = Vec::new();
+    // An invalid case count or seed runs no law (the CLI refuses it before getting here).
+    let run_cfg = RunConfig::new(cfg.cases, cfg.seed).map_err(|e| errors.push(e));
     let registry: Vec<_> = laws::registry()
         .into_iter()
         .filter(|l| cfg.law.as_deref().is_none_or(|p| l.name.contains(p)))
+        .filter(|_| run_cfg.is_ok())
         .collect();
     let muts: Vec<_> = if cfg.mutants {
         mutants::registry()
@@ -183,7 +186,6 @@ pub fn collect(cfg: &ReportConfig, bar: &ProgressBar) -> Report {
     } else {
         vec![]
     };
-    let mut errors = Vec::new();
     let golden_files = match &cfg.golden {
         Some(dir) => crate::golden::collect(std::slice::from_ref(dir)).unwrap_or_else(|e| {
             errors.push(e.to_string());
@@ -205,7 +207,9 @@ pub fn collect(cfg: &ReportConfig, bar: &ProgressBar) -> Report {
     };
     for law in &registry {
         bar.set_message(format!("law {}", law.name));
-        report.laws.push(laws::run(law, run_cfg));
+        if let Ok(run_cfg) = run_cfg {
+            report.laws.push(laws::run(law, run_cfg));
+        }
         bar.inc(1);
     }
     for m in &muts {
@@ -310,7 +314,7 @@ fn families(report: &Report) -> Vec<&'static str> {
 
 fn save(dir: &Path, name: &str, text: &str, out: &mut Vec<PathBuf>) -> Result<(), String> {
     let p = dir.join(name);
-    std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+    super::output::write_atomic(&p, text.as_bytes())?;
     out.push(p);
     Ok(())
 }

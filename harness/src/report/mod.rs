@@ -3,11 +3,11 @@
 
 #[cfg(feature = "mutants")]
 pub mod full;
+pub mod output;
 #[cfg(feature = "mutants")]
 pub mod probes;
 pub mod svg;
 
-use std::io::Write;
 use std::path::Path;
 
 /// A plain-text table with a header row, columns padded to their widest cell.
@@ -60,13 +60,12 @@ impl Table {
     }
 }
 
-/// Write `value` as pretty JSON to `path` (an error names the file).
+/// Write `value` as pretty JSON to `path`, atomically ([`output::write_atomic`]; an error names
+/// the file).
 pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), String> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
-    let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    f.write_all(text.as_bytes())
-        .and_then(|_| f.write_all(b"\n"))
-        .map_err(|e| format!("{}: {e}", path.display()))
+    let mut text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    text.push('\n');
+    output::write_atomic(path, text.as_bytes())
 }
 
 /// Format a float compactly for tables (`1.23e-7`, `0.5`).

@@ -10,7 +10,7 @@ pub fn assert_law_holds(name: &str) {
         !law.measures_memory,
         "{name} measures memory: run it in tests/memory.rs"
     );
-    let r = laws::run(&law, RunConfig::new(None, None));
+    let r = laws::run(&law, RunConfig::new(None, None).unwrap());
     assert!(
         r.passed,
         "{name} failed:\n{}",

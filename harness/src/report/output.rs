@@ -1,0 +1,175 @@
+//! Writing results safely: every output path is checked before the work starts (writable, not
+//! one of the inputs, not another output), and files are written atomically (a temporary file
+//! in the same directory, then a rename), so an interrupted run never leaves a half-written
+//! report and no input is ever overwritten.
+//!
+//! ```
+//! use harness::report::output::{write_atomic, Outputs};
+//! let dir = std::env::temp_dir().join(format!("harness-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir).unwrap();
+//! let input = dir.join("case.json");
+//! std::fs::write(&input, "{}").unwrap();
+//! // the same file as input and output is refused before any work
+//! let e = Outputs::new().input(&input).output("--json", &input).check().unwrap_err();
+//! assert!(e.contains("is also an input"), "{e}");
+//! let out = dir.join("results.json");
+//! Outputs::new().input(&input).output("--json", &out).check().unwrap();
+//! write_atomic(&out, b"[]").unwrap();
+//! assert_eq!(std::fs::read(&out).unwrap(), b"[]");
+//! assert_eq!(std::fs::read(&input).unwrap(), b"{}");
+//! std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The inputs and outputs of one command, checked together before it runs.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    inputs: Vec<PathBuf>,
+    outputs: Vec<(String, PathBuf)>,
+    dirs: Vec<(String, PathBuf)>,
+}
+
+impl Outputs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// A file or directory the command reads.
+    pub fn input(mut self, path: impl AsRef<Path>) -> Self {
+        self.inputs.push(path.as_ref().to_path_buf());
+        self
+    }
+    /// A file the command writes, named by its flag in messages.
+    pub fn output(mut self, flag: &str, path: impl AsRef<Path>) -> Self {
+        self.outputs
+            .push((flag.to_string(), path.as_ref().to_path_buf()));
+        self
+    }
+    /// An optional output.
+    pub fn output_opt(self, flag: &str, path: Option<&PathBuf>) -> Self {
+        match path {
+            Some(p) => self.output(flag, p),
+            None => self,
+        }
+    }
+    /// A directory the command writes files into (created if missing).
+    pub fn output_dir(mut self, flag: &str, path: impl AsRef<Path>) -> Self {
+        self.dirs
+            .push((flag.to_string(), path.as_ref().to_path_buf()));
+        self
+    }
+
+    /// `Ok` when every output can be written and none is an input, lies inside an input
+    /// directory that is read recursively, or is named twice. Probes writability by creating
+    /// (and removing) a temporary file beside each output.
+    pub fn check(&self) -> Result<(), String> {
+        let inputs: Vec<PathBuf> = self.inputs.iter().map(|p| absolute(p)).collect();
+        let mut seen: Vec<(String, PathBuf)> = Vec::new();
+        for (flag, path) in &self.outputs {
+            let abs = absolute(path);
+            if path.as_os_str().is_empty() || path.is_dir() {
+                return Err(format!(
+                    "{flag} {}: is a directory, not a file",
+                    path.display()
+                ));
+            }
+            if let Some(i) = inputs.iter().find(|i| **i == abs) {
+                return Err(format!(
+                    "{flag} {}: is also an input ({}); refusing to overwrite it",
+                    path.display(),
+                    i.display()
+                ));
+            }
+            if let Some(i) = inputs.iter().find(|i| i.is_dir() && abs.starts_with(i)) {
+                return Err(format!(
+                    "{flag} {}: lies inside the input directory {}, whose *.json files are read; write it elsewhere",
+                    path.display(),
+                    i.display()
+                ));
+            }
+            if let Some((other, _)) = seen.iter().find(|(_, p)| *p == abs) {
+                return Err(format!(
+                    "{flag} {}: is also the output of {other}",
+                    path.display()
+                ));
+            }
+            probe_writable(flag, path)?;
+            seen.push((flag.clone(), abs));
+        }
+        for (flag, dir) in &self.dirs {
+            let abs = absolute(dir);
+            if let Some(i) = inputs.iter().find(|i| **i == abs || abs.starts_with(i)) {
+                return Err(format!(
+                    "{flag} {}: is an input or inside one ({})",
+                    dir.display(),
+                    i.display()
+                ));
+            }
+            std::fs::create_dir_all(dir).map_err(|e| format!("{flag} {}: {e}", dir.display()))?;
+            probe_writable(flag, &dir.join(".harness-write-probe"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The path made absolute and, where it exists, canonical (symlinks resolved); a path that does
+/// not exist yet is its canonical parent joined with the file name.
+pub fn absolute(p: &Path) -> PathBuf {
+    if let Ok(c) = p.canonicalize() {
+        return c;
+    }
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(p)
+    };
+    match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => dir
+            .canonicalize()
+            .map(|d| d.join(name))
+            .unwrap_or(abs.clone()),
+        _ => abs,
+    }
+}
+
+/// Create and remove a temporary file in `path`'s directory.
+fn probe_writable(flag: &str, path: &Path) -> Result<(), String> {
+    let tmp = temp_beside(path);
+    let dir = tmp.parent().map(Path::to_path_buf).unwrap_or_default();
+    if !dir.as_os_str().is_empty() && !dir.is_dir() {
+        return Err(format!(
+            "{flag} {}: the directory {} does not exist",
+            path.display(),
+            dir.display()
+        ));
+    }
+    std::fs::File::create(&tmp)
+        .map(drop)
+        .and_then(|()| std::fs::remove_file(&tmp))
+        .map_err(|e| format!("{flag} {}: cannot write there: {e}", path.display()))
+}
+
+/// A temporary name in the same directory as `path` (so the final rename is atomic).
+fn temp_beside(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "output".into());
+    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+/// Write `bytes` to `path` atomically: a temporary file beside it, flushed, then renamed over it.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let tmp = temp_beside(path);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("{}: {e}", path.display())
+    })
+}

@@ -115,6 +115,53 @@ enum Cmd {
         #[arg(long)]
         checkpoint: bool,
     },
+    /// The laws against the real JAX libraries, observed by a Python worker per pinned profile.
+    Upstream {
+        #[command(subcommand)]
+        cmd: UpstreamCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum UpstreamCmd {
+    /// Create each profile's virtual environment with pip, under the target directory.
+    Setup {
+        /// optax-0.2.2, optax-0.2.3, current, or a requirement file PATH.txt (repeatable;
+        /// default: every built-in profile).
+        #[arg(long)]
+        profile: Vec<String>,
+        /// Base interpreter for `-m venv` (default: HARNESS_PYTHON, else python3).
+        #[arg(long)]
+        python: Option<PathBuf>,
+        #[command(flatten)]
+        dirs: UpstreamDirs,
+    },
+    /// Apply the laws to the real libraries; one row per (subject, law).
+    Check {
+        /// optax-0.2.2, optax-0.2.3, current, or a requirement file PATH.txt (repeatable;
+        /// default: every built-in profile).
+        #[arg(long)]
+        profile: Vec<String>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Cap every request's time limit at SECS.
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
+        #[command(flatten)]
+        dirs: UpstreamDirs,
+    },
+}
+
+#[derive(clap::Args)]
+struct UpstreamDirs {
+    /// Directory holding worker.py and profiles/ (default: HARNESS_UPSTREAM_DIR, else this
+    /// repository's harness/upstream).
+    #[arg(long, value_name = "DIR")]
+    upstream_dir: Option<PathBuf>,
+    /// Directory of the venvs (default: HARNESS_UPSTREAM_VENVS, else
+    /// <CARGO_TARGET_DIR or target>/upstream).
+    #[arg(long, value_name = "DIR")]
+    venvs: Option<PathBuf>,
 }
 
 /// Bad usage or unreadable input.
@@ -180,6 +227,23 @@ fn main() -> ExitCode {
             hutchinson,
             checkpoint,
         }),
+        Cmd::Upstream {
+            cmd:
+                UpstreamCmd::Setup {
+                    profile,
+                    python,
+                    dirs,
+                },
+        } => upstream_setup(&profile, python, dirs),
+        Cmd::Upstream {
+            cmd:
+                UpstreamCmd::Check {
+                    profile,
+                    json,
+                    timeout,
+                    dirs,
+                },
+        } => upstream_check(&profile, json, timeout, dirs),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -685,4 +749,153 @@ fn train_cnf(a: TrainArgs) -> Outcome {
         write_json(path, &report).map_err(|e| Usage(format!("--json {}: {e}", path.display())))?;
     }
     Ok(true)
+}
+
+fn upstream_setup(profiles: &[String], python: Option<PathBuf>, dirs: UpstreamDirs) -> Outcome {
+    use harness::upstream::{setup, Locations, Profile};
+    let loc = Locations::new(dirs.upstream_dir, dirs.venvs);
+    let profiles = Profile::resolve_all(profiles, &loc).map_err(Usage)?;
+    let python = setup::base_python(python);
+    if profiles
+        .iter()
+        .any(|p| !setup::is_current(&loc.venv(p), &p.requirements))
+    {
+        setup::python_version(&python).map_err(Usage)?;
+    }
+    let mut ok = true;
+    for p in &profiles {
+        match setup::setup(p, &loc, &python, true) {
+            Ok(o) => {
+                if let Some(w) = &o.warning {
+                    eprintln!("harness: warning: {w}");
+                }
+                if o.skipped {
+                    println!(
+                        "{}: up to date ({}, installed from {})",
+                        o.profile,
+                        o.venv.display(),
+                        p.requirements.display()
+                    );
+                } else {
+                    println!(
+                        "{}: installed in {:.1} s into {} (pip check passed)",
+                        o.profile,
+                        o.seconds,
+                        o.venv.display()
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("harness: {e}");
+                ok = false;
+            }
+        }
+    }
+    Ok(ok)
+}
+
+fn upstream_check(
+    profiles: &[String],
+    json: Option<PathBuf>,
+    timeout: Option<u64>,
+    dirs: UpstreamDirs,
+) -> Outcome {
+    use harness::upstream::check::{self, CheckOptions};
+    use harness::upstream::{Locations, Profile};
+    let loc = Locations::new(dirs.upstream_dir, dirs.venvs);
+    let profiles = Profile::resolve_all(profiles, &loc).map_err(Usage)?;
+    if timeout == Some(0) {
+        return Err(Usage("--timeout 0: must be at least 1 second".into()));
+    }
+    let opts = CheckOptions {
+        timeout: timeout.map(std::time::Duration::from_secs),
+        ..CheckOptions::default()
+    };
+    let bar = progress();
+    let planned: usize = profiles.iter().map(|p| check::plan(p).len()).sum();
+    bar.set_length(planned as u64);
+    let mut first = true;
+    let report = check::run(&profiles, &loc, &opts, &mut |what| {
+        if !first {
+            bar.inc(1);
+        }
+        first = false;
+        bar.set_message(what.to_string());
+    });
+    bar.finish_and_clear();
+    for p in &report.profiles {
+        let versions = p.hello.as_ref().map_or_else(
+            || "worker did not start".to_string(),
+            |h| {
+                let v = |k: &str| {
+                    h.packages
+                        .get(k)
+                        .cloned()
+                        .flatten()
+                        .unwrap_or_else(|| "-".into())
+                };
+                format!(
+                    "Python {}, jax {}, optax {}, diffrax {}, equinox {}, {} CPU devices",
+                    h.python,
+                    v("jax"),
+                    v("optax"),
+                    v("diffrax"),
+                    v("equinox"),
+                    h.devices
+                )
+            },
+        );
+        println!(
+            "profile {}: {versions}; worker up in {}; {:.1} s in all",
+            p.name,
+            p.startup_seconds
+                .map_or_else(|| "-".into(), |s| format!("{s:.1} s")),
+            p.seconds
+        );
+        for n in &p.notes {
+            println!("  note: {n}");
+        }
+    }
+    let mut t = Table::new(&["subject", "law", "verdict", "expected", "seconds"]);
+    for r in &report.results {
+        t.row(vec![
+            r.subject.clone(),
+            r.law.clone(),
+            r.verdict.to_string(),
+            r.expected.map_or_else(|| "-".into(), |e| e.to_string()),
+            format!("{:.1}", r.seconds),
+        ]);
+    }
+    print!("{}", t.render());
+    println!("\nevidence:");
+    for r in &report.results {
+        println!("  {} {} ({}): {}", r.subject, r.law, r.verdict, r.evidence);
+    }
+    let differing = report.differing();
+    for r in &differing {
+        println!(
+            "differs from expectation: {} {}: expected {}, got {} ({})",
+            r.subject,
+            r.law,
+            r.expected
+                .map_or_else(|| "no error".into(), |e| e.to_string()),
+            r.verdict,
+            r.incident
+        );
+    }
+    let errors = report
+        .results
+        .iter()
+        .filter(|r| r.verdict == harness::upstream::check::Verdict::Error)
+        .count();
+    println!(
+        "{} rows: {} as expected, {} differ ({} errors); {:.1} s",
+        report.results.len(),
+        report.results.len() - differing.len(),
+        differing.len(),
+        errors,
+        report.seconds
+    );
+    save(json, &report)?;
+    Ok(report.all_as_expected())
 }

@@ -153,6 +153,7 @@ fn linesearch(weak_after_init: bool) -> JitSteps {
         signatures: Some(sigs),
         step_args: None,
         counter_leaf_replaced: None,
+        x64: false,
     }
 }
 
@@ -215,6 +216,7 @@ fn one_trace_fails_on_a_step_counter_passed_as_python_int() {
         signatures: None,
         step_args: Some(vec!["int".into(); 4]),
         counter_leaf_replaced: None,
+        x64: false,
     };
     let j = check::one_trace(&cnf);
     assert_eq!(j.verdict, Verdict::Fail);
@@ -258,6 +260,21 @@ fn signatures_identical_names_the_leaf_as_the_reference_diff_does() {
     let e = check::signatures_identical(&x64);
     assert_eq!(e.verdict, Verdict::Error);
     assert!(e.evidence.contains("int64"), "{}", e.evidence);
+    // a Python int in the state (optax 0.2.4's counter) is a weak int32 to jit without x64
+    let mut py = linesearch(true);
+    py.signatures.as_mut().unwrap()[0][2] = LeafReport {
+        python: Some("int".into()),
+        ..leaf("s[1].info.num_linesearch_steps", "int64", true)
+    };
+    let j = check::signatures_identical(&py);
+    assert!(
+        j.evidence
+            .contains("leaf `s[1].info.num_linesearch_steps`: weak int32[] -> int32[]"),
+        "{}",
+        j.evidence
+    );
+    py.x64 = true;
+    assert_eq!(check::signatures_identical(&py).verdict, Verdict::Error);
     let mut none = linesearch(false);
     none.signatures = None;
     assert_eq!(check::signatures_identical(&none).verdict, Verdict::Error);
@@ -287,6 +304,7 @@ fn muon_built(raised: Option<Raised>, coeffs: bool, finite: Option<bool>) -> Bui
         state_leaves: leaves,
         coeffs_in_state: coeffs,
         update_finite: finite,
+        x64: false,
     }
 }
 

@@ -671,8 +671,10 @@ pub fn signatures_identical(o: &JitSteps) -> Judgement {
     let Some(reported) = &o.signatures else {
         return Judgement::error("the observation has no state signatures");
     };
-    let sigs: Result<Vec<Signature>, String> =
-        reported.iter().map(|l| observe::signature(l)).collect();
+    let sigs: Result<Vec<Signature>, String> = reported
+        .iter()
+        .map(|l| observe::signature(l, o.x64))
+        .collect();
     let sigs = match sigs {
         Ok(s) if !s.is_empty() => s,
         Ok(_) => return Judgement::error("no state signature was reported"),
@@ -731,7 +733,7 @@ pub fn coeffs_in_state(o: &BuildUnderJit) -> Judgement {
         .state_leaves
         .iter()
         .filter(|l| l.path.contains("ns_coeffs"))
-        .map(|l| match l.leaf_sig() {
+        .map(|l| match l.leaf_sig(o.x64) {
             Ok(s) => format!("`{}` {s}", l.path),
             Err(_) => format!("`{}` {}", l.path, l.dtype),
         })

@@ -142,10 +142,18 @@ pub struct LeafReport {
 }
 
 impl LeafReport {
-    /// The reference's leaf signature. A dtype the reference has no name for (`int64` under
-    /// x64, `bool`, key types) is an error naming the leaf.
-    pub fn leaf_sig(&self) -> std::result::Result<LeafSig, String> {
-        let dtype = DType::parse(&self.dtype).ok_or_else(|| {
+    /// The reference's leaf signature of the leaf as `jax.jit` sees it. A leaf that is not a
+    /// jax array (a Python scalar, reported weak, or a numpy array) is canonicalised as jit
+    /// canonicalises it: without x64, `int64` becomes `int32` and `float64` becomes `float32`
+    /// (a Python `0` in a state is a weak `int32` to jit). A dtype the reference has no name for
+    /// (`int64` under x64, `bool`, key types) is an error naming the leaf.
+    pub fn leaf_sig(&self, x64: bool) -> std::result::Result<LeafSig, String> {
+        let dtype = match (self.python.is_some() && !x64, self.dtype.as_str()) {
+            (true, "int64") => "int32",
+            (true, "float64") => "float32",
+            (_, d) => d,
+        };
+        let dtype = DType::parse(dtype).ok_or_else(|| {
             format!(
                 "leaf `{}` has dtype {}, which a reference Signature cannot hold (float16/32/64, int32)",
                 self.path, self.dtype
@@ -159,11 +167,12 @@ impl LeafReport {
     }
 }
 
-/// The reference [`Signature`] of a reported state (leaves keyed by their path).
-pub fn signature(leaves: &[LeafReport]) -> std::result::Result<Signature, String> {
+/// The reference [`Signature`] of a reported state (leaves keyed by their path), as jit sees it
+/// with x64 on or off ([`LeafReport::leaf_sig`]).
+pub fn signature(leaves: &[LeafReport], x64: bool) -> std::result::Result<Signature, String> {
     let mut sig = Signature::new();
     for l in leaves {
-        sig.push(l.path.clone(), l.leaf_sig()?);
+        sig.push(l.path.clone(), l.leaf_sig(x64)?);
     }
     Ok(sig)
 }
@@ -187,6 +196,9 @@ pub struct JitSteps {
     /// `linesearch-int32-counter`: whether the state had a counter leaf to replace.
     #[serde(default)]
     pub counter_leaf_replaced: Option<bool>,
+    /// Whether the probe ran with x64 on.
+    #[serde(default)]
+    pub x64: bool,
 }
 
 impl JitSteps {
@@ -263,6 +275,9 @@ pub struct BuildUnderJit {
     pub coeffs_in_state: bool,
     /// Whether the update outside jit was finite (`None` when something raised).
     pub update_finite: Option<bool>,
+    /// Whether the probe ran with x64 on.
+    #[serde(default)]
+    pub x64: bool,
 }
 
 /// Muon × `sharded`: the same jitted updates on one device and split over two.

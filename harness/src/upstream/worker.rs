@@ -7,7 +7,7 @@
 //! limit (`recv_timeout`); stderr is drained on another thread into a bounded buffer (the last
 //! [`STDERR_LINES`] lines), which error messages quote.
 //!
-//! What can go wrong is an [`Error::Worker`] with a [`WorkerErrorKind`]: the interpreter is
+//! What can go wrong is an [`Error::Worker`] with a [`WorkerErrorKind`](crate::WorkerErrorKind): the interpreter is
 //! missing, the process cannot start, dies (exit status and stderr tail), hangs (killed at the
 //! time limit), writes garbage (the line, truncated) or speaks another protocol version. After
 //! any of these the worker is killed and every further request fails at once; start a new one.

@@ -20,3 +20,4 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness -p harness-reference
 # up to date), then every subject of every profile; exit 1 if a verdict differs from the expected one.
 cargo run --release -q -p harness -- upstream setup
 cargo run --release -q -p harness -- upstream check --json target/upstream-check.json
+cargo run --release -q -p harness -- upstream diff --cases 20 --json target/upstream-diff.json

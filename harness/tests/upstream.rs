@@ -1003,3 +1003,109 @@ fn setup_errors_quote_pips_first_error_line() {
         "Error: No module named venv"
     );
 }
+
+// ------------------------------------------------------------------------------- diff
+
+mod diff {
+    use super::*;
+    use harness::laws::strategies::OptCase;
+    use harness::optim::{AdamHyper, RadamHyper};
+    use harness::upstream::diff::{self, DiffKind, DiffOptions, Outcome};
+
+    fn case(dtype: harness::backend::DType, nesterov: bool) -> OptCase {
+        OptCase {
+            hyper: RadamHyper {
+                moments: AdamHyper {
+                    nesterov,
+                    ..AdamHyper::default()
+                },
+                threshold: 4.0,
+            },
+            learning_rate: 0.1,
+            dtype,
+            params: vec![0.1, -2.0],
+            grads: vec![vec![1.0, 0.3]; 3],
+        }
+    }
+
+    #[test]
+    fn drawn_cases_become_golden_inputs() {
+        use harness::backend::DType;
+        let g = diff::golden_input(DiffKind::Radam, &case(DType::F16, false), "x");
+        assert_eq!(g["dtype"], "float32", "golden-v1 has no float16");
+        assert_eq!(g["params"]["w"]["data"][0], json!(0.1f32 as f64));
+        assert_eq!(g["optimizer"]["hyper"]["threshold"], json!(4.0));
+        assert!(g["optimizer"]["hyper"].get("nesterov").is_none());
+        assert_eq!(g["steps"].as_array().map(Vec::len), Some(3));
+        assert_eq!(g["tolerance"]["rtol"], json!(2e-4));
+        let g = diff::golden_input(DiffKind::Adam, &case(DType::F64, true), "y");
+        assert!(g["optimizer"]["hyper"].get("threshold").is_none());
+        assert_eq!(g["optimizer"]["hyper"]["nesterov"], json!(true));
+        assert_eq!(g["params"]["w"]["data"][0], json!(0.1));
+    }
+
+    /// A committed golden case, compact, as the worker's `golden` result; `perturb` shifts its
+    /// first update by 1e-3.
+    fn worker_result(perturb: bool) -> String {
+        let text = std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../fixtures/golden/radam-b2-0.5-f64.json"),
+        )
+        .unwrap();
+        let mut case: Value = serde_json::from_str(&text).unwrap();
+        if perturb {
+            let x = &mut case["steps"][0]["updates"]["w"]["data"][0];
+            *x = json!(x.as_f64().unwrap() + 1e-3);
+        }
+        json!({"x64": true, "case": case}).to_string()
+    }
+
+    #[test]
+    fn a_case_the_reference_reproduces_matches_and_a_perturbed_one_does_not() {
+        let input = json!({"format": "golden-v1"});
+        let mut w = Worker::spawn(&fake(&[("RESULT", &worker_result(false))])).unwrap();
+        assert_eq!(
+            diff::compare(&mut w, &input, 10 * SECOND).unwrap(),
+            Outcome::Match
+        );
+        let mut w = Worker::spawn(&fake(&[("RESULT", &worker_result(true))])).unwrap();
+        match diff::compare(&mut w, &input, 10 * SECOND).unwrap() {
+            Outcome::Mismatch { detail, golden } => {
+                assert!(detail.contains("steps[0]"), "{detail}");
+                assert_eq!(golden["name"], "radam-b2-0.5-f64");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut w = Worker::spawn(&fake(&[("FAIL", "TypeError")])).unwrap();
+        assert!(matches!(
+            diff::compare(&mut w, &input, 10 * SECOND).unwrap(),
+            Outcome::LibraryError(e) if e.starts_with("TypeError")
+        ));
+    }
+
+    #[test]
+    fn a_mismatch_is_shrunk_and_written_as_a_golden_file() {
+        let dir = scratch("diff");
+        let mut w = Worker::spawn(&fake(&[("RESULT", &worker_result(true))])).unwrap();
+        let opts = DiffOptions {
+            cases: 2,
+            kinds: vec![DiffKind::Radam],
+            seed: 1,
+            out_dir: dir.clone(),
+            timeout: 10 * SECOND,
+            max_shrink: 5,
+        };
+        let report = diff::run(&mut w, &opts, &mut |_| {}).unwrap();
+        assert_eq!(report.cases, 2);
+        assert_eq!(report.mismatches.len(), 2);
+        let m = &report.mismatches[0];
+        assert!(m.shrink_steps >= 1 && m.shrink_steps <= 5, "{m:?}");
+        let file = m.golden_file.as_ref().unwrap();
+        let case = harness::golden::load(std::path::Path::new(file)).unwrap();
+        assert_eq!(case.kind, "optimizer");
+        assert!(!harness::golden::replay(&case).unwrap().passed);
+        let mut ok = Worker::spawn(&fake(&[("RESULT", &worker_result(false))])).unwrap();
+        let report = diff::run(&mut ok, &opts, &mut |_| {}).unwrap();
+        assert!(report.mismatches.is_empty());
+    }
+}

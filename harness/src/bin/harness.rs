@@ -150,6 +150,32 @@ enum UpstreamCmd {
         #[command(flatten)]
         dirs: UpstreamDirs,
     },
+    /// Compare the reference with the real library on cases drawn from the laws' strategies;
+    /// shrink each mismatch into a golden-v1 file.
+    Diff {
+        /// Cases per kind.
+        #[arg(long, default_value_t = 20)]
+        cases: u32,
+        /// adam or radam (repeatable; default: both).
+        #[arg(long)]
+        kind: Vec<String>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// The profile whose library is compared.
+        #[arg(long, default_value = "current")]
+        profile: String,
+        /// Seed of the case generator (default: HARNESS_SEED, else a fixed value).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Where shrunk mismatches are written (default: <target>/upstream-diff).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Time limit of one case, in seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 120)]
+        timeout: u64,
+        #[command(flatten)]
+        dirs: UpstreamDirs,
+    },
 }
 
 #[derive(clap::Args)]
@@ -244,6 +270,28 @@ fn main() -> ExitCode {
                     dirs,
                 },
         } => upstream_check(&profile, json, timeout, dirs),
+        Cmd::Upstream {
+            cmd:
+                UpstreamCmd::Diff {
+                    cases,
+                    kind,
+                    json,
+                    profile,
+                    seed,
+                    out,
+                    timeout,
+                    dirs,
+                },
+        } => upstream_diff(DiffArgs {
+            cases,
+            kinds: kind,
+            json,
+            profile,
+            seed,
+            out,
+            timeout,
+            dirs,
+        }),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -898,4 +946,124 @@ fn upstream_check(
     );
     save(json, &report)?;
     Ok(report.all_as_expected())
+}
+
+struct DiffArgs {
+    cases: u32,
+    kinds: Vec<String>,
+    json: Option<PathBuf>,
+    profile: String,
+    seed: Option<u64>,
+    out: Option<PathBuf>,
+    timeout: u64,
+    dirs: UpstreamDirs,
+}
+
+fn upstream_diff(a: DiffArgs) -> Outcome {
+    use harness::upstream::diff::{self, DiffKind, DiffOptions};
+    use harness::upstream::worker::{Worker, WorkerCommand};
+    use harness::upstream::{profile, Locations, Profile};
+    use std::time::Duration;
+    let loc = Locations::new(a.dirs.upstream_dir, a.dirs.venvs);
+    let prof = Profile::resolve(&a.profile, &loc).map_err(Usage)?;
+    let kinds = if a.kinds.is_empty() {
+        DiffKind::ALL.to_vec()
+    } else {
+        a.kinds
+            .iter()
+            .map(|k| {
+                DiffKind::parse(k).ok_or_else(|| {
+                    Usage(format!("--kind {k}: implemented kinds are adam and radam"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    if a.timeout == 0 {
+        return Err(Usage("--timeout 0: must be at least 1 second".into()));
+    }
+    let opts = DiffOptions {
+        cases: a.cases,
+        kinds,
+        seed: harness::laws::RunConfig::new(None, a.seed).seed,
+        out_dir: a
+            .out
+            .unwrap_or_else(|| profile::target_dir().join("upstream-diff")),
+        timeout: Duration::from_secs(a.timeout),
+        max_shrink: 200,
+    };
+    let cmd = WorkerCommand::for_profile(&loc, &prof);
+    let started = (|| {
+        let mut w = Worker::spawn(&cmd)?;
+        let hello = w.hello(Duration::from_secs(120))?;
+        Ok::<_, harness::Error>((w, hello))
+    })();
+    let (mut worker, hello) = match started {
+        Ok(x) => x,
+        Err(e) => {
+            println!("upstream diff: {e}");
+            return Ok(false);
+        }
+    };
+    let v = |k: &str| {
+        hello
+            .packages
+            .get(k)
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| "-".into())
+    };
+    println!(
+        "profile {}: jax {}, optax {}; seed {}",
+        prof.name,
+        v("jax"),
+        v("optax"),
+        opts.seed
+    );
+    let bar = progress();
+    bar.set_length(opts.cases as u64 * opts.kinds.len() as u64);
+    let mut first = true;
+    let report = diff::run(&mut worker, &opts, &mut |what| {
+        if !first {
+            bar.inc(1);
+        }
+        first = false;
+        bar.set_message(what.to_string());
+    });
+    bar.finish_and_clear();
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            println!("upstream diff stopped: {e}");
+            return Ok(false);
+        }
+    };
+    for m in &report.mismatches {
+        println!(
+            "MISMATCH {} {} (shrunk in {} candidates): {}\n  drawn: {}\n  written: {}",
+            m.kind,
+            m.case,
+            m.shrink_steps,
+            m.detail,
+            m.drawn,
+            m.golden_file.as_deref().unwrap_or("(not written)")
+        );
+    }
+    for e in &report.library_errors {
+        println!("library error: {e}");
+    }
+    println!(
+        "{} cases ({}): {} mismatches, {} rejected by the library; {:.1} s",
+        report.cases,
+        report
+            .per_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        report.mismatches.len(),
+        report.library_error_count,
+        report.seconds
+    );
+    save(a.json, &report)?;
+    Ok(report.mismatches.is_empty())
 }

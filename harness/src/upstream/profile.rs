@@ -26,6 +26,14 @@ pub fn default_repository() -> PathBuf {
     manifest.parent().unwrap_or(manifest).to_path_buf()
 }
 
+/// The cargo target directory: `CARGO_TARGET_DIR` if set, else `<repository>/target`.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| default_repository().join("target"))
+}
+
 /// Where the worker script and the profile files are, and where the virtual environments go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Locations {
@@ -47,11 +55,9 @@ impl Locations {
         let upstream_dir = upstream_dir
             .or_else(|| env(ENV_UPSTREAM_DIR))
             .unwrap_or_else(|| repo.join("harness").join("upstream"));
-        let venvs = venvs.or_else(|| env(ENV_VENVS)).unwrap_or_else(|| {
-            env("CARGO_TARGET_DIR")
-                .unwrap_or_else(|| repo.join("target"))
-                .join("upstream")
-        });
+        let venvs = venvs
+            .or_else(|| env(ENV_VENVS))
+            .unwrap_or_else(|| target_dir().join("upstream"));
         Self {
             upstream_dir,
             venvs,

@@ -16,3 +16,8 @@ cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 # Intra-doc links: a renamed item must not leave a dead link in the rustdoc headers.
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness -p harness-reference
+# The laws against the real libraries (CI reaches PyPI): one venv per pinned profile (skipped when
+# up to date), then every subject of every profile; exit 1 if a verdict differs from the expected one.
+cargo run --release -q -p harness -- upstream setup
+cargo run --release -q -p harness -- upstream check --json target/upstream-check.json
+cargo run --release -q -p harness -- upstream diff --cases 20 --json target/upstream-diff.json

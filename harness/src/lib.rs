@@ -37,5 +37,6 @@ pub mod report;
 pub mod subject;
 pub mod tolerance;
 pub mod train;
+pub mod upstream;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, WorkerErrorKind};

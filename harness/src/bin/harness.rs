@@ -115,6 +115,79 @@ enum Cmd {
         #[arg(long)]
         checkpoint: bool,
     },
+    /// The laws against the real JAX libraries, observed by a Python worker per pinned profile.
+    Upstream {
+        #[command(subcommand)]
+        cmd: UpstreamCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum UpstreamCmd {
+    /// Create each profile's virtual environment with pip, under the target directory.
+    Setup {
+        /// optax-0.2.2, optax-0.2.3, current, or a requirement file PATH.txt (repeatable;
+        /// default: every built-in profile).
+        #[arg(long)]
+        profile: Vec<String>,
+        /// Base interpreter for `-m venv` (default: HARNESS_PYTHON, else python3).
+        #[arg(long)]
+        python: Option<PathBuf>,
+        #[command(flatten)]
+        dirs: UpstreamDirs,
+    },
+    /// Apply the laws to the real libraries; one row per (subject, law).
+    Check {
+        /// optax-0.2.2, optax-0.2.3, current, or a requirement file PATH.txt (repeatable;
+        /// default: every built-in profile).
+        #[arg(long)]
+        profile: Vec<String>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Cap every request's time limit at SECS.
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
+        #[command(flatten)]
+        dirs: UpstreamDirs,
+    },
+    /// Compare the reference with the real library on cases drawn from the laws' strategies;
+    /// shrink each mismatch into a golden-v1 file.
+    Diff {
+        /// Cases per kind.
+        #[arg(long, default_value_t = 20)]
+        cases: u32,
+        /// adam or radam (repeatable; default: both).
+        #[arg(long)]
+        kind: Vec<String>,
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// The profile whose library is compared.
+        #[arg(long, default_value = "current")]
+        profile: String,
+        /// Seed of the case generator (default: HARNESS_SEED, else a fixed value).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Where shrunk mismatches are written (default: <target>/upstream-diff).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Time limit of one case, in seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 120)]
+        timeout: u64,
+        #[command(flatten)]
+        dirs: UpstreamDirs,
+    },
+}
+
+#[derive(clap::Args)]
+struct UpstreamDirs {
+    /// Directory holding worker.py and profiles/ (default: HARNESS_UPSTREAM_DIR, else this
+    /// repository's harness/upstream).
+    #[arg(long, value_name = "DIR")]
+    upstream_dir: Option<PathBuf>,
+    /// Directory of the venvs (default: HARNESS_UPSTREAM_VENVS, else
+    /// <CARGO_TARGET_DIR or target>/upstream).
+    #[arg(long, value_name = "DIR")]
+    venvs: Option<PathBuf>,
 }
 
 /// Bad usage or unreadable input.
@@ -179,6 +252,45 @@ fn main() -> ExitCode {
             seed,
             hutchinson,
             checkpoint,
+        }),
+        Cmd::Upstream {
+            cmd:
+                UpstreamCmd::Setup {
+                    profile,
+                    python,
+                    dirs,
+                },
+        } => upstream_setup(&profile, python, dirs),
+        Cmd::Upstream {
+            cmd:
+                UpstreamCmd::Check {
+                    profile,
+                    json,
+                    timeout,
+                    dirs,
+                },
+        } => upstream_check(&profile, json, timeout, dirs),
+        Cmd::Upstream {
+            cmd:
+                UpstreamCmd::Diff {
+                    cases,
+                    kind,
+                    json,
+                    profile,
+                    seed,
+                    out,
+                    timeout,
+                    dirs,
+                },
+        } => upstream_diff(DiffArgs {
+            cases,
+            kinds: kind,
+            json,
+            profile,
+            seed,
+            out,
+            timeout,
+            dirs,
         }),
     };
     match result {
@@ -686,4 +798,273 @@ fn train_cnf(a: TrainArgs) -> Outcome {
         write_json(path, &report).map_err(|e| Usage(format!("--json {}: {e}", path.display())))?;
     }
     Ok(true)
+}
+
+fn upstream_setup(profiles: &[String], python: Option<PathBuf>, dirs: UpstreamDirs) -> Outcome {
+    use harness::upstream::{setup, Locations, Profile};
+    let loc = Locations::new(dirs.upstream_dir, dirs.venvs);
+    let profiles = Profile::resolve_all(profiles, &loc).map_err(Usage)?;
+    let python = setup::base_python(python);
+    if profiles
+        .iter()
+        .any(|p| !setup::is_current(&loc.venv(p), &p.requirements))
+    {
+        setup::python_version(&python).map_err(Usage)?;
+    }
+    let mut ok = true;
+    for p in &profiles {
+        match setup::setup(p, &loc, &python, true) {
+            Ok(o) => {
+                if let Some(w) = &o.warning {
+                    eprintln!("harness: warning: {w}");
+                }
+                if o.skipped {
+                    println!(
+                        "{}: up to date ({}, installed from {})",
+                        o.profile,
+                        o.venv.display(),
+                        p.requirements.display()
+                    );
+                } else {
+                    println!(
+                        "{}: installed in {:.1} s into {} (pip check passed)",
+                        o.profile,
+                        o.seconds,
+                        o.venv.display()
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("harness: {e}");
+                ok = false;
+            }
+        }
+    }
+    Ok(ok)
+}
+
+fn upstream_check(
+    profiles: &[String],
+    json: Option<PathBuf>,
+    timeout: Option<u64>,
+    dirs: UpstreamDirs,
+) -> Outcome {
+    use harness::upstream::check::{self, CheckOptions};
+    use harness::upstream::{Locations, Profile};
+    let loc = Locations::new(dirs.upstream_dir, dirs.venvs);
+    let profiles = Profile::resolve_all(profiles, &loc).map_err(Usage)?;
+    if timeout == Some(0) {
+        return Err(Usage("--timeout 0: must be at least 1 second".into()));
+    }
+    let opts = CheckOptions {
+        timeout: timeout.map(std::time::Duration::from_secs),
+        ..CheckOptions::default()
+    };
+    let bar = progress();
+    let planned: usize = profiles.iter().map(|p| check::plan(p).len()).sum();
+    bar.set_length(planned as u64);
+    let mut first = true;
+    let report = check::run(&profiles, &loc, &opts, &mut |what| {
+        if !first {
+            bar.inc(1);
+        }
+        first = false;
+        bar.set_message(what.to_string());
+    });
+    bar.finish_and_clear();
+    for p in &report.profiles {
+        let versions = p.hello.as_ref().map_or_else(
+            || "worker did not start".to_string(),
+            |h| {
+                let v = |k: &str| {
+                    h.packages
+                        .get(k)
+                        .cloned()
+                        .flatten()
+                        .unwrap_or_else(|| "-".into())
+                };
+                format!(
+                    "Python {}, jax {}, optax {}, diffrax {}, equinox {}, {} CPU devices",
+                    h.python,
+                    v("jax"),
+                    v("optax"),
+                    v("diffrax"),
+                    v("equinox"),
+                    h.devices
+                )
+            },
+        );
+        println!(
+            "profile {}: {versions}; worker up in {}; {:.1} s in all",
+            p.name,
+            p.startup_seconds
+                .map_or_else(|| "-".into(), |s| format!("{s:.1} s")),
+            p.seconds
+        );
+        for n in &p.notes {
+            println!("  note: {n}");
+        }
+    }
+    let mut t = Table::new(&["subject", "law", "verdict", "expected", "seconds"]);
+    for r in &report.results {
+        t.row(vec![
+            r.subject.clone(),
+            r.law.clone(),
+            r.verdict.to_string(),
+            r.expected.map_or_else(|| "-".into(), |e| e.to_string()),
+            format!("{:.1}", r.seconds),
+        ]);
+    }
+    print!("{}", t.render());
+    println!("\nevidence:");
+    for r in &report.results {
+        println!("  {} {} ({}): {}", r.subject, r.law, r.verdict, r.evidence);
+    }
+    let differing = report.differing();
+    for r in &differing {
+        println!(
+            "differs from expectation: {} {}: expected {}, got {} ({})",
+            r.subject,
+            r.law,
+            r.expected
+                .map_or_else(|| "no error".into(), |e| e.to_string()),
+            r.verdict,
+            r.incident
+        );
+    }
+    let errors = report
+        .results
+        .iter()
+        .filter(|r| r.verdict == harness::upstream::check::Verdict::Error)
+        .count();
+    println!(
+        "{} rows: {} as expected, {} differ ({} errors); {:.1} s",
+        report.results.len(),
+        report.results.len() - differing.len(),
+        differing.len(),
+        errors,
+        report.seconds
+    );
+    save(json, &report)?;
+    Ok(report.all_as_expected())
+}
+
+struct DiffArgs {
+    cases: u32,
+    kinds: Vec<String>,
+    json: Option<PathBuf>,
+    profile: String,
+    seed: Option<u64>,
+    out: Option<PathBuf>,
+    timeout: u64,
+    dirs: UpstreamDirs,
+}
+
+fn upstream_diff(a: DiffArgs) -> Outcome {
+    use harness::upstream::diff::{self, DiffKind, DiffOptions};
+    use harness::upstream::worker::{Worker, WorkerCommand};
+    use harness::upstream::{profile, Locations, Profile};
+    use std::time::Duration;
+    let loc = Locations::new(a.dirs.upstream_dir, a.dirs.venvs);
+    let prof = Profile::resolve(&a.profile, &loc).map_err(Usage)?;
+    let kinds = if a.kinds.is_empty() {
+        DiffKind::ALL.to_vec()
+    } else {
+        a.kinds
+            .iter()
+            .map(|k| {
+                DiffKind::parse(k).ok_or_else(|| {
+                    Usage(format!("--kind {k}: implemented kinds are adam and radam"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    if a.timeout == 0 {
+        return Err(Usage("--timeout 0: must be at least 1 second".into()));
+    }
+    let opts = DiffOptions {
+        cases: a.cases,
+        kinds,
+        seed: harness::laws::RunConfig::new(None, a.seed).seed,
+        out_dir: a
+            .out
+            .unwrap_or_else(|| profile::target_dir().join("upstream-diff")),
+        timeout: Duration::from_secs(a.timeout),
+        max_shrink: 200,
+    };
+    let cmd = WorkerCommand::for_profile(&loc, &prof);
+    let started = (|| {
+        let mut w = Worker::spawn(&cmd)?;
+        let hello = w.hello(Duration::from_secs(120))?;
+        Ok::<_, harness::Error>((w, hello))
+    })();
+    let (mut worker, hello) = match started {
+        Ok(x) => x,
+        Err(e) => {
+            println!("upstream diff: {e}");
+            return Ok(false);
+        }
+    };
+    let v = |k: &str| {
+        hello
+            .packages
+            .get(k)
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| "-".into())
+    };
+    println!(
+        "profile {}: jax {}, optax {}; seed {}",
+        prof.name,
+        v("jax"),
+        v("optax"),
+        opts.seed
+    );
+    let bar = progress();
+    bar.set_length(opts.cases as u64 * opts.kinds.len() as u64);
+    let mut first = true;
+    let report = diff::run(&mut worker, &opts, &mut |what| {
+        if !first {
+            bar.inc(1);
+        }
+        first = false;
+        bar.set_message(what.to_string());
+    });
+    bar.finish_and_clear();
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            println!("upstream diff stopped: {e}");
+            return Ok(false);
+        }
+    };
+    for m in &report.mismatches {
+        println!(
+            "MISMATCH {} {} (shrunk in {} candidates): {}\n  drawn: {}\n  written: {}",
+            m.kind,
+            m.case,
+            m.shrink_steps,
+            m.detail,
+            m.drawn,
+            m.golden_file.as_deref().unwrap_or("(not written)")
+        );
+    }
+    for e in &report.library_errors {
+        println!("library error: {e}");
+    }
+    println!(
+        "{} cases ({}): {} mismatches, {} rejected by the library; {:.1} s",
+        report.cases,
+        report
+            .per_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        report.mismatches.len(),
+        report.library_error_count,
+        report.seconds
+    );
+    save(a.json, &report)?;
+    Ok(report.mismatches.is_empty())
 }

@@ -211,6 +211,8 @@ def sharded(subject, a, x64):
                   for x, y in zip(u1 + [p1], u2 + [p2]))
     return {"max_abs_diff": max(diffs), "bitwise_equal": bitwise, "devices": 2,
             "per_step_max_abs_diff": diffs[:-1], "final_params_max_abs_diff": diffs[-1],
+            "max_abs_update": max(float(np.max(np.abs(x))) for x in u1),
+            "max_abs_params": float(np.max(np.abs(p1))),
             "update_sharding": sh[-1],
             "method": "NamedSharding(Mesh(2 cpu, ('x',)), P('x', None)) + jax.jit"}
 

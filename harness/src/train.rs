@@ -26,7 +26,8 @@ pub fn train_for(
     steps: usize,
     mut progress: impl FnMut(usize, f64),
 ) -> Result<(TrainReport, TrainState)> {
-    let mut loss = Vec::with_capacity(steps);
+    // grows with the steps actually taken (a huge request must not reserve its whole history)
+    let mut loss = Vec::with_capacity(steps.min(1 << 16));
     let mut live_first = 0;
     let start = std::time::Instant::now();
     for i in 0..steps {

@@ -4,6 +4,7 @@
 //! unreadable input (one line on stderr naming the file or flag).
 
 use clap::{Parser, Subcommand};
+use harness::report::output::Outputs;
 use harness::report::{num, write_json, Table};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +14,7 @@ harness::install_counting_allocator!();
 #[derive(Parser)]
 #[command(
     name = "harness",
+    version,
     about = "Laws, golden replays, mutants and benchmarks of the dfdx reference implementation"
 )]
 struct Cli {
@@ -24,7 +26,8 @@ struct Cli {
 enum Cmd {
     /// Run every registered law (or those whose name contains PATTERN) through proptest.
     Check {
-        #[arg(long)]
+        /// Run only the laws whose name contains PATTERN.
+        #[arg(long, value_name = "PATTERN")]
         law: Option<String>,
         /// Cases per law (default: each law's own, overridable by PROPTEST_CASES).
         #[arg(long)]
@@ -32,47 +35,57 @@ enum Cmd {
         /// Seed of the random runner (replays a reported failure).
         #[arg(long)]
         seed: Option<u64>,
-        #[arg(long)]
+        /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
         /// Also run the mutants, the golden cases and the memory, trace and init-peak
         /// measurements, and write check.json, summary.md and SVG plots into DIR.
         #[arg(long, value_name = "DIR")]
         report: Option<PathBuf>,
-        /// Golden cases replayed by --report.
-        #[arg(long, value_name = "DIR", default_value = harness::report::full::DEFAULT_GOLDEN, requires = "report")]
-        golden: PathBuf,
+        /// Golden cases replayed by --report (default: this workspace's fixtures/golden).
+        #[arg(long, value_name = "DIR", requires = "report")]
+        golden: Option<PathBuf>,
     },
     /// Replay golden-v1 cases (files, or directories searched recursively for *.json).
     Golden {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
-        #[arg(long)]
+        /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
     /// Run each re-created upstream bug against the law meant to catch it.
     Mutants {
-        #[arg(long)]
+        /// Run only the mutant with this exact name (e.g. radam-cond-leak).
+        #[arg(long, value_name = "NAME")]
         only: Option<String>,
-        #[arg(long)]
+        /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
     /// Time the reference against the physical limit measured in the same run.
     Bench {
         /// optim, muon, ode, cnf, stack, all
         area: String,
+        /// Fewer repetitions (a smoke run; figures are noisier).
         #[arg(long)]
         quick: bool,
-        #[arg(long)]
+        /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
     /// Build the stacked model with every strategy and measure peak memory.
     InitPeaks {
+        /// Number of stacked layers N.
         #[arg(long)]
         layers: usize,
+        /// Model width D (each layer is D -> H -> D).
         #[arg(long)]
         width: usize,
+        /// Hidden width H.
         #[arg(long)]
         hidden: usize,
+        /// Element type of the built model: f16, f32 or f64.
         #[arg(long, default_value = "f16")]
         dtype: String,
         /// Seed of the counter-based generator (every strategy builds the same model).
@@ -81,11 +94,13 @@ enum Cmd {
         /// Write a plot of live bytes over each build.
         #[arg(long)]
         svg: Option<PathBuf>,
-        #[arg(long)]
+        /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
     /// Train the continuous normalising flow on a built-in 2-D data set.
     TrainCnf {
+        /// Training steps (at least 1).
         #[arg(long, default_value_t = 100)]
         steps: usize,
         /// two-moons, checkerboard, or a greyscale .pgm image
@@ -94,18 +109,25 @@ enum Cmd {
         /// Plot of the learned density (with data points) beside the loss curve.
         #[arg(long)]
         svg: Option<PathBuf>,
-        #[arg(long)]
+        /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Hidden width of the ConcatSquash field.
         #[arg(long, default_value_t = 64)]
         width: usize,
+        /// Hidden layers of the field.
         #[arg(long, default_value_t = 3)]
         depth: usize,
+        /// Flow blocks (each an ODE solve).
         #[arg(long, default_value_t = 2)]
         blocks: usize,
+        /// Samples per training step.
         #[arg(long, default_value_t = 500)]
         batch: usize,
+        /// AdamW learning rate.
         #[arg(long, default_value_t = 1e-3)]
         lr: f64,
+        /// Seed of the weights, the data stream and the probes.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Hutchinson trace with Gaussian probes instead of the exact trace.
@@ -142,7 +164,8 @@ enum UpstreamCmd {
         /// default: every built-in profile).
         #[arg(long)]
         profile: Vec<String>,
-        #[arg(long)]
+        /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
         /// Cap every request's time limit at SECS.
         #[arg(long, value_name = "SECS")]
@@ -159,7 +182,8 @@ enum UpstreamCmd {
         /// adam or radam (repeatable; default: both).
         #[arg(long)]
         kind: Vec<String>,
-        #[arg(long)]
+        /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
         /// The profile whose library is compared.
         #[arg(long, default_value = "current")]
@@ -195,8 +219,56 @@ struct Usage(String);
 
 type Outcome = Result<bool, Usage>;
 
+/// The files and directories a command reads and writes, checked before any work: every output
+/// writable, none an input, none named twice.
+fn io_of(cmd: &Cmd) -> Outputs {
+    match cmd {
+        Cmd::Check {
+            json,
+            report,
+            golden,
+            ..
+        } => {
+            let mut io = Outputs::new().output_opt("--json", json.as_ref());
+            if let Some(dir) = report {
+                io = io.output_dir("--report", dir);
+                if let Some(g) = golden {
+                    io = io.input(g);
+                }
+            }
+            io
+        }
+        Cmd::Golden { paths, json } => paths
+            .iter()
+            .fold(Outputs::new(), |io, p| io.input(p))
+            .output_opt("--json", json.as_ref()),
+        Cmd::Mutants { json, .. } | Cmd::Bench { json, .. } => {
+            Outputs::new().output_opt("--json", json.as_ref())
+        }
+        Cmd::InitPeaks { svg, json, .. } => Outputs::new()
+            .output_opt("--svg", svg.as_ref())
+            .output_opt("--json", json.as_ref()),
+        Cmd::TrainCnf {
+            data, svg, json, ..
+        } => Outputs::new()
+            .input(data)
+            .output_opt("--svg", svg.as_ref())
+            .output_opt("--json", json.as_ref()),
+        Cmd::Upstream { cmd } => match cmd {
+            UpstreamCmd::Setup { .. } => Outputs::new(),
+            UpstreamCmd::Check { json, .. } | UpstreamCmd::Diff { json, .. } => {
+                Outputs::new().output_opt("--json", json.as_ref())
+            }
+        },
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(msg) = io_of(&cli.cmd).check() {
+        eprintln!("harness: {msg}");
+        return ExitCode::from(2);
+    }
     let result = match cli.cmd {
         Cmd::Check {
             law,
@@ -205,7 +277,14 @@ fn main() -> ExitCode {
             json,
             report: Some(dir),
             golden,
-        } => check_report(law, cases, seed, json, &dir, golden),
+        } => check_report(
+            law,
+            cases,
+            seed,
+            json,
+            &dir,
+            golden.unwrap_or_else(|| harness::report::full::DEFAULT_GOLDEN.into()),
+        ),
         Cmd::Check {
             law,
             cases,
@@ -690,6 +769,11 @@ fn train_cnf(a: TrainArgs) -> Outcome {
     use harness::report::svg::{heatmap, line_chart, side_by_side, Series};
     use harness::train::{density_grid, train_for};
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    if a.steps == 0 {
+        return Err(Usage(
+            "--steps 0: nothing would be trained; give at least 1".into(),
+        ));
+    }
     let data = Dataset::parse(&a.data).map_err(|e| Usage(format!("--data: {e}")))?;
     let cfg = CnfConfig {
         width: a.width,
@@ -985,7 +1069,9 @@ fn upstream_diff(a: DiffArgs) -> Outcome {
     let opts = DiffOptions {
         cases: a.cases,
         kinds,
-        seed: harness::laws::RunConfig::new(None, a.seed).seed,
+        seed: harness::laws::RunConfig::new(None, a.seed)
+            .map_err(Usage)?
+            .seed,
         out_dir: a
             .out
             .unwrap_or_else(|| profile::target_dir().join("upstream-diff")),

@@ -1,0 +1,172 @@
+//! The command line refuses work that cannot succeed, before doing any: exit status 2, a
+//! one-line message naming the flag, and every input file left untouched.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn harness() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_harness"))
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("harness-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// Runs `cmd` in `dir`: exit 2 within 1.5 s, and stderr (one line) contains `needle`.
+fn refused(dir: &Path, args: &[&str], env: &[(&str, &str)], needle: &str) {
+    let start = std::time::Instant::now();
+    let out = harness()
+        .current_dir(dir)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    assert!(secs < 1.5, "{args:?} took {secs} s");
+}
+
+#[test]
+fn an_output_naming_an_input_is_refused_and_the_input_is_untouched() {
+    let d = scratch("inputs");
+    std::fs::copy(fixture("fixtures/cnf/ring-h.pgm"), d.join("r.pgm")).unwrap();
+    std::fs::copy(
+        fixture("fixtures/golden/adam-default-f32.json"),
+        d.join("case.json"),
+    )
+    .unwrap();
+    std::fs::create_dir(d.join("cases")).unwrap();
+    std::fs::copy(d.join("case.json"), d.join("cases/case.json")).unwrap();
+    let (pgm, case) = (
+        std::fs::read(d.join("r.pgm")).unwrap(),
+        std::fs::read(d.join("case.json")).unwrap(),
+    );
+    let train = [
+        "train-cnf",
+        "--steps",
+        "2",
+        "--width",
+        "8",
+        "--depth",
+        "1",
+        "--blocks",
+        "1",
+        "--batch",
+        "16",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        train.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    refused(
+        &d,
+        &with(&["--data", "r.pgm", "--svg", "r.pgm"]),
+        &[],
+        "--svg r.pgm: is also an input",
+    );
+    refused(
+        &d,
+        &with(&["--json", "same.out", "--svg", "same.out"]),
+        &[],
+        "is also the output of",
+    );
+    refused(
+        &d,
+        &["golden", "case.json", "--json", "case.json"],
+        &[],
+        "is also an input",
+    );
+    refused(
+        &d,
+        &["golden", "cases", "--json", "cases/results.json"],
+        &[],
+        "inside the input directory",
+    );
+    refused(
+        &d,
+        &["mutants", "--json", "no/such/dir/m.json"],
+        &[],
+        "does not exist",
+    );
+    assert_eq!(std::fs::read(d.join("r.pgm")).unwrap(), pgm);
+    assert_eq!(std::fs::read(d.join("case.json")).unwrap(), case);
+    assert!(!d.join("same.out").exists() && !d.join("cases/results.json").exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn zero_steps_zero_cases_and_unreadable_variables_are_usage_errors() {
+    let d = scratch("counts");
+    refused(&d, &["train-cnf", "--steps", "0"], &[], "--steps 0");
+    refused(
+        &d,
+        &["check", "--law", "radam", "--cases", "0"],
+        &[],
+        "0 cases",
+    );
+    refused(
+        &d,
+        &["check", "--law", "radam"],
+        &[("PROPTEST_CASES", "0")],
+        "0 cases",
+    );
+    refused(
+        &d,
+        &["check", "--law", "radam"],
+        &[("PROPTEST_CASES", "4294967296")],
+        "PROPTEST_CASES",
+    );
+    refused(
+        &d,
+        &["check", "--law", "radam"],
+        &[("HARNESS_SEED", "abc")],
+        "HARNESS_SEED",
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn every_option_is_described_and_there_is_a_version() {
+    let v = harness().arg("--version").output().unwrap();
+    assert!(v.status.success() && String::from_utf8_lossy(&v.stdout).starts_with("harness "));
+    for sub in [
+        "check",
+        "golden",
+        "mutants",
+        "bench",
+        "init-peaks",
+        "train-cnf",
+    ] {
+        let out = harness().args([sub, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        let mut in_options = false;
+        for line in help.lines() {
+            if line.starts_with("Options:") {
+                in_options = true;
+                continue;
+            }
+            let flag = line.trim_start();
+            if in_options && flag.starts_with("--") {
+                // `--flag <VALUE>  description`: something after the flag and its value
+                let described = flag
+                    .split_once("  ")
+                    .is_some_and(|(_, d)| !d.trim().is_empty());
+                assert!(described, "{sub}: `{flag}` has no description");
+            }
+        }
+        assert!(
+            !help.contains(env!("CARGO_MANIFEST_DIR")),
+            "{sub} --help shows a build path"
+        );
+    }
+}

@@ -27,6 +27,7 @@ pub use harness_reference as reference;
 pub use harness_reference::{backend, cnf, ode, optim, pool, stack, stage, tree};
 
 pub mod bench;
+pub mod budget;
 pub mod error;
 pub mod golden;
 pub mod laws;

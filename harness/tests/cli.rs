@@ -136,6 +136,112 @@ fn zero_steps_zero_cases_and_unreadable_variables_are_usage_errors() {
 }
 
 #[test]
+fn sizes_that_cannot_fit_are_refused_before_any_allocation() {
+    let d = scratch("sizes");
+    let budget = [("HARNESS_MAX_MEMORY", "8G")];
+    refused(
+        &d,
+        &[
+            "init-peaks",
+            "--layers",
+            "2",
+            "--width",
+            "16",
+            "--hidden",
+            "1000000000",
+        ],
+        &budget,
+        "memory budget",
+    );
+    refused(
+        &d,
+        &[
+            "init-peaks",
+            "--layers",
+            "16",
+            "--width",
+            "1024",
+            "--hidden",
+            "1000000000",
+        ],
+        &budget,
+        "memory budget",
+    );
+    refused(
+        &d,
+        &[
+            "init-peaks",
+            "--layers",
+            "64",
+            "--width",
+            "8192",
+            "--hidden",
+            "32768",
+            "--dtype",
+            "f32",
+        ],
+        &budget,
+        "memory budget",
+    );
+    let train = |w: &'static str, depth: &'static str, batch: &'static str| {
+        [
+            "train-cnf",
+            "--steps",
+            "1",
+            "--width",
+            w,
+            "--depth",
+            depth,
+            "--blocks",
+            "1",
+            "--batch",
+            batch,
+        ]
+    };
+    refused(&d, &train("16384", "256", "16"), &budget, "memory budget");
+    refused(
+        &d,
+        &train("16384", "8", "1048576"),
+        &budget,
+        "memory budget",
+    );
+    refused(&d, &["train-cnf", "--steps", "1000000000000"], &[], "int32");
+    refused(
+        &d,
+        &[
+            "init-peaks",
+            "--layers",
+            "2",
+            "--width",
+            "16",
+            "--hidden",
+            "64",
+            "--max-memory",
+            "1K",
+        ],
+        &[],
+        "memory budget",
+    );
+    refused(
+        &d,
+        &[
+            "init-peaks",
+            "--layers",
+            "2",
+            "--width",
+            "16",
+            "--hidden",
+            "64",
+            "--max-memory",
+            "lots",
+        ],
+        &[],
+        "--max-memory",
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn every_option_is_described_and_there_is_a_version() {
     let v = harness().arg("--version").output().unwrap();
     assert!(v.status.success() && String::from_utf8_lossy(&v.stdout).starts_with("harness "));

@@ -88,6 +88,10 @@ enum Cmd {
         /// Element type of the built model: f16, f32 or f64.
         #[arg(long, default_value = "f16")]
         dtype: String,
+        /// Memory budget in bytes (K/M/G/T suffixes); a larger estimate is refused before any
+        /// allocation (default: HARNESS_MAX_MEMORY, else half of the available memory).
+        #[arg(long, value_name = "BYTES")]
+        max_memory: Option<String>,
         /// Seed of the counter-based generator (every strategy builds the same model).
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -136,6 +140,10 @@ enum Cmd {
         /// Checkpointed gradients (diffrax's default budget) instead of the full tape.
         #[arg(long)]
         checkpoint: bool,
+        /// Memory budget in bytes (K/M/G/T suffixes); a larger estimate is refused before any
+        /// allocation (default: HARNESS_MAX_MEMORY, else half of the available memory).
+        #[arg(long, value_name = "BYTES")]
+        max_memory: Option<String>,
     },
     /// The laws against the real JAX libraries, observed by a Python worker per pinned profile.
     Upstream {
@@ -304,7 +312,17 @@ fn main() -> ExitCode {
             seed,
             svg,
             json,
-        } => init_peaks(layers, width, hidden, &dtype, seed, svg, json),
+            max_memory,
+        } => init_peaks(InitArgs {
+            layers,
+            width,
+            hidden,
+            dtype,
+            seed,
+            svg,
+            json,
+            max_memory,
+        }),
         Cmd::TrainCnf {
             steps,
             data,
@@ -318,6 +336,7 @@ fn main() -> ExitCode {
             seed,
             hutchinson,
             checkpoint,
+            max_memory,
         } => train_cnf(TrainArgs {
             steps,
             data,
@@ -331,6 +350,7 @@ fn main() -> ExitCode {
             seed,
             hutchinson,
             checkpoint,
+            max_memory,
         }),
         Cmd::Upstream {
             cmd:
@@ -635,15 +655,30 @@ fn bench_all(quick: bool, json: Option<PathBuf>) -> Outcome {
     Ok(true)
 }
 
-fn init_peaks(
+/// The arguments of `init-peaks`.
+struct InitArgs {
     layers: usize,
     width: usize,
     hidden: usize,
-    dtype: &str,
+    dtype: String,
     seed: u64,
     svg: Option<PathBuf>,
     json: Option<PathBuf>,
-) -> Outcome {
+    max_memory: Option<String>,
+}
+
+fn init_peaks(a: InitArgs) -> Outcome {
+    let InitArgs {
+        layers,
+        width,
+        hidden,
+        dtype,
+        seed,
+        svg,
+        json,
+        max_memory,
+    } = a;
+    let dtype = dtype.as_str();
     use harness::backend::DType;
     use harness::laws::stack::{measure_peaks, Reference};
     use harness::report::svg::{line_chart, Series};
@@ -653,6 +688,8 @@ fn init_peaks(
         .ok_or_else(|| Usage(format!("--dtype {dtype:?}: expected f16, f32 or f64")))?;
     let cfg = StackConfig::new(layers, width, hidden, dt)
         .map_err(|e| Usage(format!("--layers/--width/--hidden: {e}")))?;
+    let budget = harness::budget::Budget::resolve(max_memory.as_deref()).map_err(Usage)?;
+    harness::budget::admit_init_peaks(&budget, &cfg).map_err(Usage)?;
     let mut timelines = Vec::new();
     let rows = {
         let _g = harness::probe::exclusive();
@@ -759,6 +796,7 @@ struct TrainArgs {
     seed: u64,
     hutchinson: bool,
     checkpoint: bool,
+    max_memory: Option<String>,
 }
 
 fn train_cnf(a: TrainArgs) -> Outcome {
@@ -774,7 +812,13 @@ fn train_cnf(a: TrainArgs) -> Outcome {
             "--steps 0: nothing would be trained; give at least 1".into(),
         ));
     }
-    let data = Dataset::parse(&a.data).map_err(|e| Usage(format!("--data: {e}")))?;
+    if a.steps > i32::MAX as usize {
+        return Err(Usage(format!(
+            "--steps {}: the step counter is int32 (as diffrax's example), at most {}",
+            a.steps,
+            i32::MAX
+        )));
+    }
     let cfg = CnfConfig {
         width: a.width,
         depth: a.depth,
@@ -797,6 +841,20 @@ fn train_cnf(a: TrainArgs) -> Outcome {
         },
         ..TrainConfig::default()
     };
+    cfg.validate()
+        .and_then(|()| tc.validate())
+        .map_err(|e| Usage(format!("train-cnf: {e}")))?;
+    let budget = harness::budget::Budget::resolve(a.max_memory.as_deref()).map_err(Usage)?;
+    budget
+        .admit(
+            &format!(
+                "training width {} depth {} with {} blocks on batches of {}",
+                a.width, a.depth, a.blocks, a.batch
+            ),
+            harness::budget::train_estimate(&cfg, a.batch),
+        )
+        .map_err(Usage)?;
+    let data = Dataset::parse(&a.data).map_err(|e| Usage(format!("--data: {e}")))?;
     let mut trainer = Trainer::new(cfg, tc, data).map_err(|e| Usage(format!("train-cnf: {e}")))?;
     let state = trainer
         .init()

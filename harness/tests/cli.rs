@@ -242,6 +242,85 @@ fn sizes_that_cannot_fit_are_refused_before_any_allocation() {
 }
 
 #[test]
+fn hostile_golden_inputs_are_refused_or_read_once() {
+    let d = scratch("golden");
+    let case = std::fs::read_to_string(fixture("fixtures/golden/adam-default-f32.json")).unwrap();
+    std::fs::create_dir_all(d.join("dir/sub")).unwrap();
+    std::fs::write(d.join("dir/sub/case.json"), &case).unwrap();
+    // a link back to the parent: the case is replayed once, the walk does not loop
+    std::os::unix::fs::symlink("..", d.join("dir/sub/back")).unwrap();
+    let out = harness()
+        .current_dir(&d)
+        .args(["golden", "dir"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed, 0 failed"), "{text}");
+    std::fs::create_dir(d.join("empty")).unwrap();
+    refused(&d, &["golden", "empty"], &[], "no golden case");
+    std::fs::write(
+        d.join("dup.json"),
+        case.replacen("\"name\"", "\"name\": \"x\", \"name\"", 1),
+    )
+    .unwrap();
+    refused(&d, &["golden", "dup.json"], &[], "duplicate key `name`");
+    let big = std::fs::File::create(d.join("big.json")).unwrap();
+    big.set_len(harness::golden::MAX_CASE_BYTES + 1).unwrap();
+    refused(&d, &["golden", "big.json"], &[], "byte limit");
+    refused(&d, &["golden", "/dev/null"], &[], "not a regular file");
+    refused(&d, &["golden", "no-such.json"], &[], "no such file");
+    let escaped = case.replacen("\"adam-default-f32\"", "\"evil\\u001b[2J\\nFAKE ROW\"", 1);
+    std::fs::write(d.join("esc.json"), escaped).unwrap();
+    let out = harness()
+        .current_dir(&d)
+        .args(["golden", "esc.json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains('\u{1b}') && !text.contains("\nFAKE ROW"),
+        "{text}"
+    );
+    assert!(text.contains("\\u{1b}[2J\\nFAKE ROW"), "{text}");
+    let muon = std::fs::read_to_string(fixture("fixtures/golden/muon-default-f64.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&muon).unwrap();
+    let mut v = v;
+    v["optimizer"]["hyper"]["ns_steps"] = serde_json::json!(1_000_000);
+    std::fs::write(d.join("ns.json"), v.to_string()).unwrap();
+    refused(&d, &["golden", "ns.json"], &[], "ns_steps");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn an_image_that_is_not_a_regular_pgm_file_is_refused_without_reading_it_through() {
+    let d = scratch("image");
+    std::os::unix::fs::symlink("/dev/zero", d.join("z.pgm")).unwrap();
+    std::fs::write(d.join("zeros.pgm"), [0u8; 100]).unwrap();
+    let train = |data: &'static str| {
+        [
+            "train-cnf",
+            "--steps",
+            "1",
+            "--width",
+            "8",
+            "--depth",
+            "1",
+            "--blocks",
+            "1",
+            "--batch",
+            "16",
+            "--data",
+            data,
+        ]
+    };
+    refused(&d, &train("image:/dev/zero"), &[], "not a regular file");
+    refused(&d, &train("z.pgm"), &[], "not a regular file");
+    refused(&d, &train("zeros.pgm"), &[], "is not P2 or P5");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn every_option_is_described_and_there_is_a_version() {
     let v = harness().arg("--version").output().unwrap();
     assert!(v.status.success() && String::from_utf8_lossy(&v.stdout).starts_with("harness "));

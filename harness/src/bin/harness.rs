@@ -274,7 +274,7 @@ fn io_of(cmd: &Cmd) -> Outputs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(msg) = io_of(&cli.cmd).check() {
-        eprintln!("harness: {msg}");
+        eprintln!("harness: {}", harness::report::escape_control(&msg));
         return ExitCode::from(2);
     }
     let result = match cli.cmd {
@@ -396,7 +396,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(Usage(msg)) => {
-            eprintln!("harness: {msg}");
+            eprintln!("harness: {}", harness::report::escape_control(&msg));
             ExitCode::from(2)
         }
     }
@@ -411,11 +411,26 @@ fn save(json: Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), Usag
 
 fn golden(paths: Vec<PathBuf>, json: Option<PathBuf>) -> Outcome {
     let files = harness::golden::collect(&paths).map_err(|e| Usage(e.to_string()))?;
+    if files.is_empty() {
+        return Err(Usage(format!(
+            "no golden case (*.json) under {}",
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let bar = progress();
+    bar.set_length(files.len() as u64);
     let mut cases = Vec::new();
     for f in &files {
+        bar.set_message(f.display().to_string());
         let case = harness::golden::load(f).map_err(|e| Usage(e.to_string()))?;
         cases.push(harness::golden::replay(&case).map_err(|e| Usage(e.to_string()))?);
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     let mut t = Table::new(&[
         "case",
         "kind",

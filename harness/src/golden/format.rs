@@ -26,6 +26,8 @@ impl Case {
         };
         let doc: Value =
             serde_json::from_str(text).map_err(|e| err(format!("invalid JSON: {e}")))?;
+        serde_json::from_str::<NoDuplicateKeys>(text)
+            .map_err(|e| err(format!("invalid golden JSON: {e}")))?;
         let obj = doc
             .as_object()
             .ok_or_else(|| err("top level is not an object".into()))?;
@@ -227,4 +229,61 @@ pub fn parse_tree<E: Float>(case: &Case, v: &Value, what: &str) -> Result<Tree<E
         .map(|(k, t)| Ok((k.clone(), parse_tensor(case, t, &format!("{what}.{k}"))?)))
         .collect::<Result<Vec<_>>>()?;
     Tree::from_leaves(leaves).map_err(|e| case.err(format!("{what}: {e}")))
+}
+
+/// Deserialises any JSON document, failing on an object that repeats a key (serde_json's
+/// `Value` would silently keep the last one, and a case could say two things at once).
+struct NoDuplicateKeys;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeysVisitor)
+    }
+}
+
+struct NoDuplicateKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateKeysVisitor {
+    type Value = NoDuplicateKeys;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<M: serde::de::MapAccess<'de>>(
+        self,
+        mut map: M,
+    ) -> std::result::Result<NoDuplicateKeys, M::Error> {
+        let mut keys = std::collections::HashSet::new();
+        while let Some(k) = map.next_key::<String>()? {
+            if !keys.insert(k.clone()) {
+                return Err(serde::de::Error::custom(format!("duplicate key `{k}`")));
+            }
+            map.next_value::<NoDuplicateKeys>()?;
+        }
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_seq<S: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: S,
+    ) -> std::result::Result<NoDuplicateKeys, S::Error> {
+        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> std::result::Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
+    fn visit_unit<E>(self) -> std::result::Result<NoDuplicateKeys, E> {
+        Ok(NoDuplicateKeys)
+    }
 }

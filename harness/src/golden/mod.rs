@@ -33,29 +33,67 @@ pub struct CaseResult {
     pub error_ratios: Vec<f64>,
 }
 
+/// Largest golden file read (bytes): the committed cases are at most a few hundred KiB, and
+/// parsing holds several times the text in memory. Larger files are refused before reading.
+pub const MAX_CASE_BYTES: u64 = 64 << 20;
+
 /// Files named by `paths`: files as given, directories searched recursively for `*.json`
-/// (sorted, so runs are deterministic). A missing path is an error naming it.
+/// (sorted, so runs are deterministic). Each file is listed once, however many paths or
+/// symbolic links lead to it, and a directory reached again through a link is not walked again
+/// (no loop). A missing path is an error naming it; so is a path that is neither a regular file
+/// nor a directory (a FIFO, a device).
 pub fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
+    let mut seen_files = std::collections::BTreeSet::new();
+    let mut seen_dirs = std::collections::BTreeSet::new();
     for p in paths {
-        if p.is_dir() {
-            walk(p, &mut out)?;
-        } else if p.is_file() {
-            out.push(p.clone());
+        let meta = std::fs::metadata(p).map_err(|e| Error::Golden {
+            file: p.display().to_string(),
+            msg: describe_io(&e),
+        })?;
+        if meta.is_dir() {
+            walk(p, &mut out, &mut seen_files, &mut seen_dirs)?;
+        } else if meta.is_file() {
+            if seen_files.insert(canonical(p)) {
+                out.push(p.clone());
+            }
         } else {
             return Err(Error::Golden {
                 file: p.display().to_string(),
-                msg: "no such file or directory".into(),
+                msg: "not a regular file or a directory".into(),
             });
         }
     }
     Ok(out)
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+fn canonical(p: &Path) -> PathBuf {
+    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// An I/O error in words that say what was wrong with the path.
+fn describe_io(e: &std::io::Error) -> String {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        NotFound => "no such file or directory".into(),
+        PermissionDenied => "permission denied".into(),
+        _ if e.raw_os_error() == Some(36) => "file name too long".into(),
+        _ => e.to_string(),
+    }
+}
+
+fn walk(
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    seen_files: &mut std::collections::BTreeSet<PathBuf>,
+    seen_dirs: &mut std::collections::BTreeSet<PathBuf>,
+) -> Result<()> {
+    if !seen_dirs.insert(canonical(dir)) {
+        return Ok(()); // reached again through a link: already walked
+    }
     let io = |e: std::io::Error| Error::Golden {
         file: dir.display().to_string(),
-        msg: e.to_string(),
+        msg: describe_io(&e),
     };
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(io)?
@@ -65,21 +103,47 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     entries.sort();
     for p in entries {
         if p.is_dir() {
-            walk(&p, out)?;
-        } else if p.extension().is_some_and(|e| e == "json") {
+            walk(&p, out, seen_files, seen_dirs)?;
+        } else if p.extension().is_some_and(|e| e == "json")
+            && p.is_file()
+            && seen_files.insert(canonical(&p))
+        {
             out.push(p);
         }
     }
     Ok(())
 }
 
-/// Read and parse one file (an unreadable or malformed file is an error naming it).
+/// Read and parse one file: a regular file of at most [`MAX_CASE_BYTES`] (checked before
+/// reading, and the read stops there), whose JSON has no duplicate key. An unreadable or
+/// malformed file is an error naming it.
 pub fn load(path: &Path) -> Result<Case> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::Golden {
-        file: path.display().to_string(),
-        msg: e.to_string(),
-    })?;
-    Case::parse(&path.display().to_string(), &text)
+    use std::io::Read;
+    let name = path.display().to_string();
+    let err = |msg: String| Error::Golden {
+        file: name.clone(),
+        msg,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| err(describe_io(&e)))?;
+    if !meta.is_file() {
+        return Err(err("not a regular file".into()));
+    }
+    if meta.len() > MAX_CASE_BYTES {
+        return Err(err(format!(
+            "{} bytes, more than the {MAX_CASE_BYTES}-byte limit of a golden case",
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_CASE_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| err(describe_io(&e)))?;
+    if text.len() as u64 > MAX_CASE_BYTES {
+        return Err(err(format!(
+            "more than the {MAX_CASE_BYTES}-byte limit of a golden case"
+        )));
+    }
+    Case::parse(&name, &text)
 }
 
 /// Replay a parsed case. Errors of the *reference* (e.g. a hyperparameter it rejects) make the

@@ -23,8 +23,11 @@ impl Table {
             rows: vec![],
         }
     }
+    /// Add a row; control characters in a cell (from a file name or a case name, which the
+    /// harness does not trust) are shown escaped, so no cell can break a line or forge a row.
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows
+            .push(cells.into_iter().map(|c| escape_control(&c)).collect());
     }
     pub fn render(&self) -> String {
         let n = self.header.len();
@@ -66,6 +69,23 @@ pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), Stri
     let mut text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
     text.push('\n');
     output::write_atomic(path, text.as_bytes())
+}
+
+/// `s` with every control character (newline, carriage return, escape, ...) written as its
+/// escape sequence (`\n`, `\u{1b}`), the rest unchanged.
+pub fn escape_control(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// Format a float compactly for tables (`1.23e-7`, `0.5`).

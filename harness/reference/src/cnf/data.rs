@@ -97,6 +97,80 @@ impl Dataset {
     }
 }
 
+/// The longest PGM header read before the pixels (magic, sizes, maxval and comments).
+const PGM_HEADER_MAX: usize = 4096;
+
+/// What a PGM header says.
+struct PgmHeader {
+    binary: bool,
+    width: usize,
+    height: usize,
+    maxval: usize,
+}
+
+/// Parse and check the header at the start of `bytes` (magic `P2`/`P5`, sides in
+/// `1..=16384`, maxval in `1..=65535`), within the first [`PGM_HEADER_MAX`] bytes.
+fn pgm_header(bytes: &[u8]) -> std::result::Result<PgmHeader, String> {
+    let head = &bytes[..bytes.len().min(PGM_HEADER_MAX)];
+    let mut pos = 0;
+    let mut token = || -> std::result::Result<String, String> {
+        loop {
+            while pos < head.len() && head[pos].is_ascii_whitespace() {
+                pos += 1;
+            }
+            if pos < head.len() && head[pos] == b'#' {
+                while pos < head.len() && head[pos] != b'\n' {
+                    pos += 1;
+                }
+                continue;
+            }
+            break;
+        }
+        let start = pos;
+        while pos < head.len() && !head[pos].is_ascii_whitespace() && pos - start < 16 {
+            pos += 1;
+        }
+        if start == pos {
+            return Err(format!(
+                "no complete header in the first {PGM_HEADER_MAX} bytes"
+            ));
+        }
+        Ok(String::from_utf8_lossy(&head[start..pos]).into_owned())
+    };
+    let magic = token()?;
+    let binary = match magic.as_str() {
+        "P5" => true,
+        "P2" => false,
+        other => {
+            return Err(format!(
+                "magic `{}` is not P2 or P5",
+                other.escape_default()
+            ))
+        }
+    };
+    let num = |s: String| {
+        s.parse::<usize>()
+            .map_err(|_| format!("bad number `{}`", s.escape_default()))
+    };
+    let width = num(token()?)?;
+    let height = num(token()?)?;
+    let maxval = num(token()?)?;
+    if width == 0 || height == 0 || width > 1 << 14 || height > 1 << 14 {
+        return Err(format!(
+            "size {width}x{height} must be in 1..=16384 per side"
+        ));
+    }
+    if maxval == 0 || maxval > 65535 {
+        return Err(format!("maxval {maxval} must be in 1..=65535"));
+    }
+    Ok(PgmHeader {
+        binary,
+        width,
+        height,
+        maxval,
+    })
+}
+
 /// A density proportional to the darkness of a greyscale image.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageDensity {
@@ -109,13 +183,41 @@ pub struct ImageDensity {
 }
 
 impl ImageDensity {
-    /// Read a PGM file.
+    /// Read a PGM file: a regular file whose header is checked before the pixels are read, and
+    /// of which no more is read than the header's size allows (a stream such as `/dev/zero`
+    /// is refused at once, never read to its end).
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::InvalidHyper {
+        use std::io::Read;
+        let bad = |what: String| Error::InvalidHyper {
             name: "data",
             value: path.display().to_string(),
-            expected: format!("a readable PGM file ({e})"),
-        })?;
+            expected: what,
+        };
+        let meta =
+            std::fs::metadata(path).map_err(|e| bad(format!("a readable PGM file ({e})")))?;
+        if !meta.is_file() {
+            return Err(bad("a PGM file (this is not a regular file)".into()));
+        }
+        let mut file =
+            std::fs::File::open(path).map_err(|e| bad(format!("a readable PGM file ({e})")))?;
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(PGM_HEADER_MAX as u64)
+            .read_to_end(&mut bytes)
+            .map_err(|e| bad(format!("a readable PGM file ({e})")))?;
+        let header =
+            pgm_header(&bytes).map_err(|m| bad(format!("a greyscale PGM (P2/P5) image: {m}")))?;
+        // P5: one or two bytes a pixel; P2: at most 6 bytes a value ("65535 ")
+        let per_pixel = match header.binary {
+            true if header.maxval < 256 => 1,
+            true => 2,
+            false => 6,
+        };
+        let limit = PGM_HEADER_MAX + header.width * header.height * per_pixel + 1;
+        (&mut file)
+            .take((limit - bytes.len().min(limit)) as u64)
+            .read_to_end(&mut bytes)
+            .map_err(|e| bad(format!("a readable PGM file ({e})")))?;
         Self::from_pgm(&bytes).map_err(|msg| Error::InvalidHyper {
             name: "data",
             value: path.display().to_string(),
@@ -125,6 +227,7 @@ impl ImageDensity {
 
     /// Parse PGM bytes (`P2` ASCII or `P5` binary, 8 or 16 bit).
     pub fn from_pgm(bytes: &[u8]) -> std::result::Result<Self, String> {
+        pgm_header(bytes)?;
         let mut pos = 0;
         let mut token = || -> std::result::Result<String, String> {
             loop {

@@ -14,6 +14,8 @@ fi
 bash ci/fuzz-smoke.sh
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
+# The workflows a repository host runs (.github/workflows) against the workflow schema.
+bash ci/lint-workflows.sh
 # Intra-doc links: a renamed item must not leave a dead link in the rustdoc headers.
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness -p harness-reference
 # The laws against the real libraries (CI reaches PyPI): one venv per pinned profile (skipped when

@@ -100,45 +100,68 @@ impl Dataset {
 /// The longest PGM header read before the pixels (magic, sizes, maxval and comments).
 const PGM_HEADER_MAX: usize = 4096;
 
-/// What a PGM header says.
+/// What a PGM header says, and where its pixels start.
 struct PgmHeader {
     binary: bool,
     width: usize,
     height: usize,
     maxval: usize,
+    /// Offset just past the maxval token (the single whitespace byte before binary pixels).
+    end: usize,
+}
+
+/// The whitespace-separated tokens of a PGM file, `#` comments skipped.
+struct PgmTokens<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl PgmTokens<'_> {
+    /// The next token (at most 16 bytes: no PGM token is longer).
+    fn next(&mut self) -> std::result::Result<&str, String> {
+        let b = self.bytes;
+        loop {
+            while self.pos < b.len() && b[self.pos].is_ascii_whitespace() {
+                self.pos += 1;
+            }
+            if self.pos < b.len() && b[self.pos] == b'#' {
+                while self.pos < b.len() && b[self.pos] != b'\n' {
+                    self.pos += 1;
+                }
+                continue;
+            }
+            break;
+        }
+        let start = self.pos;
+        while self.pos < b.len() && !b[self.pos].is_ascii_whitespace() && self.pos - start < 16 {
+            self.pos += 1;
+        }
+        if start == self.pos {
+            return Err("truncated".into());
+        }
+        std::str::from_utf8(&b[start..self.pos])
+            .map_err(|_| format!("`{}` is not text", b[start..self.pos].escape_ascii()))
+    }
+
+    /// The next token as a number.
+    fn number(&mut self) -> std::result::Result<usize, String> {
+        let t = self.next()?;
+        t.parse::<usize>()
+            .map_err(|_| format!("bad number `{}`", t.escape_default()))
+    }
 }
 
 /// Parse and check the header at the start of `bytes` (magic `P2`/`P5`, sides in
 /// `1..=16384`, maxval in `1..=65535`), within the first [`PGM_HEADER_MAX`] bytes.
 fn pgm_header(bytes: &[u8]) -> std::result::Result<PgmHeader, String> {
     let head = &bytes[..bytes.len().min(PGM_HEADER_MAX)];
-    let mut pos = 0;
-    let mut token = || -> std::result::Result<String, String> {
-        loop {
-            while pos < head.len() && head[pos].is_ascii_whitespace() {
-                pos += 1;
-            }
-            if pos < head.len() && head[pos] == b'#' {
-                while pos < head.len() && head[pos] != b'\n' {
-                    pos += 1;
-                }
-                continue;
-            }
-            break;
-        }
-        let start = pos;
-        while pos < head.len() && !head[pos].is_ascii_whitespace() && pos - start < 16 {
-            pos += 1;
-        }
-        if start == pos {
-            return Err(format!(
-                "no complete header in the first {PGM_HEADER_MAX} bytes"
-            ));
-        }
-        Ok(String::from_utf8_lossy(&head[start..pos]).into_owned())
+    let mut t = PgmTokens {
+        bytes: head,
+        pos: 0,
     };
-    let magic = token()?;
-    let binary = match magic.as_str() {
+    let incomplete =
+        |e: String| format!("header: {e} (no complete header in the first {PGM_HEADER_MAX} bytes)");
+    let binary = match t.next().map_err(incomplete)? {
         "P5" => true,
         "P2" => false,
         other => {
@@ -148,13 +171,9 @@ fn pgm_header(bytes: &[u8]) -> std::result::Result<PgmHeader, String> {
             ))
         }
     };
-    let num = |s: String| {
-        s.parse::<usize>()
-            .map_err(|_| format!("bad number `{}`", s.escape_default()))
-    };
-    let width = num(token()?)?;
-    let height = num(token()?)?;
-    let maxval = num(token()?)?;
+    let width = t.number().map_err(incomplete)?;
+    let height = t.number().map_err(incomplete)?;
+    let maxval = t.number().map_err(incomplete)?;
     if width == 0 || height == 0 || width > 1 << 14 || height > 1 << 14 {
         return Err(format!(
             "size {width}x{height} must be in 1..=16384 per side"
@@ -168,6 +187,7 @@ fn pgm_header(bytes: &[u8]) -> std::result::Result<PgmHeader, String> {
         width,
         height,
         maxval,
+        end: t.pos,
     })
 }
 
@@ -227,65 +247,35 @@ impl ImageDensity {
 
     /// Parse PGM bytes (`P2` ASCII or `P5` binary, 8 or 16 bit).
     pub fn from_pgm(bytes: &[u8]) -> std::result::Result<Self, String> {
-        pgm_header(bytes)?;
-        let mut pos = 0;
-        let mut token = || -> std::result::Result<String, String> {
-            loop {
-                while pos < bytes.len() && bytes[pos].is_ascii_whitespace() {
-                    pos += 1;
-                }
-                if pos < bytes.len() && bytes[pos] == b'#' {
-                    while pos < bytes.len() && bytes[pos] != b'\n' {
-                        pos += 1;
-                    }
-                    continue;
-                }
-                break;
-            }
-            let start = pos;
-            while pos < bytes.len() && !bytes[pos].is_ascii_whitespace() {
-                pos += 1;
-            }
-            if start == pos {
-                return Err("truncated header".into());
-            }
-            Ok(String::from_utf8_lossy(&bytes[start..pos]).into_owned())
-        };
-        let magic = token()?;
-        let num = |s: String| s.parse::<usize>().map_err(|_| format!("bad number `{s}`"));
-        let width = num(token()?)?;
-        let height = num(token()?)?;
-        let maxval = num(token()?)?;
-        if width == 0 || height == 0 || width > 1 << 14 || height > 1 << 14 {
-            return Err(format!(
-                "size {width}x{height} must be in 1..=16384 per side"
-            ));
-        }
-        if maxval == 0 || maxval > 65535 {
-            return Err(format!("maxval {maxval} must be in 1..=65535"));
-        }
+        let PgmHeader {
+            binary,
+            width,
+            height,
+            maxval,
+            end,
+        } = pgm_header(bytes)?;
         let count = width * height;
-        let values: Vec<usize> = match magic.as_str() {
-            "P2" => (0..count)
-                .map(|_| token().and_then(num))
-                .collect::<std::result::Result<_, _>>()?,
-            "P5" => {
-                let start = pos + 1; // one whitespace byte after maxval
-                let bpp = if maxval < 256 { 1 } else { 2 };
-                let data = bytes
-                    .get(start..start + count * bpp)
-                    .ok_or_else(|| "truncated pixel data".to_string())?;
-                data.chunks_exact(bpp)
-                    .map(|c| {
-                        if bpp == 1 {
-                            c[0] as usize
-                        } else {
-                            (c[0] as usize) << 8 | c[1] as usize
-                        }
-                    })
-                    .collect()
-            }
-            other => return Err(format!("magic `{other}` is not P2 or P5")),
+        let values: Vec<usize> = if binary {
+            let start = end + 1; // one whitespace byte after maxval
+            let bpp = if maxval < 256 { 1 } else { 2 };
+            let data = bytes
+                .get(start..start + count * bpp)
+                .ok_or_else(|| "truncated pixel data".to_string())?;
+            data.chunks_exact(bpp)
+                .map(|c| {
+                    if bpp == 1 {
+                        c[0] as usize
+                    } else {
+                        (c[0] as usize) << 8 | c[1] as usize
+                    }
+                })
+                .collect()
+        } else {
+            let mut t = PgmTokens { bytes, pos: end };
+            (0..count)
+                .map(|_| t.number())
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| format!("pixel values: {e}"))?
         };
         if let Some(v) = values.iter().find(|&&v| v > maxval) {
             return Err(format!("pixel value {v} exceeds maxval {maxval}"));

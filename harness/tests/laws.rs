@@ -337,3 +337,76 @@ fn branch_bounds_drop_the_cauchy_schwarz_arm_where_v_underflows() {
     assert!(rectified > 1e8, "v did not underflow: {rectified:e}");
     assert!(rectified <= bound, "{rectified:e} > {bound:e}");
 }
+
+/// Every committed failure record (fixtures/regressions/laws/, written by runs with
+/// HARNESS_FAILURE_DIR set, as the nightly runs) is replayed: the law must hold on it.
+#[test]
+fn every_recorded_law_failure_replays_and_holds_now() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/regressions/laws");
+    for (path, record) in laws::persist::load(&dir).unwrap() {
+        let r = laws::persist::replay(&record, laws::find).unwrap();
+        assert!(
+            r.passed,
+            "{} (recorded in {}) fails again:\n{}",
+            record.law,
+            path.display(),
+            r.counterexample.unwrap_or_default()
+        );
+    }
+}
+
+/// A failure planted on purpose is recorded, and replaying the record reproduces the same
+/// shrunk counterexample (the next `cargo test` would fail on it until the law holds).
+#[test]
+fn a_planted_property_failure_is_recorded_and_replayed() {
+    use laws::{Family, Law};
+    fn planted() -> Law {
+        Law {
+            name: "planted_sum_below_ten",
+            family: Family::Numerics,
+            summary: "a deliberately false property: a + b < 10 for a, b in 0..100",
+            default_cases: 64,
+            measures_memory: false,
+            run: |c, s| {
+                laws::check_property(
+                    "planted_sum_below_ten",
+                    c,
+                    s,
+                    (0u32..100, 0u32..100),
+                    |(a, b)| {
+                        if a + b < 10 {
+                            Ok(())
+                        } else {
+                            Err(format!("{a} + {b} >= 10"))
+                        }
+                    },
+                )
+            },
+        }
+    }
+    let find = |name: &str| (name == "planted_sum_below_ten").then(planted);
+    let dir = std::env::temp_dir().join(format!("harness-persist-{}", std::process::id()));
+    let cfg = laws::RunConfig::new(Some(32), Some(20261124)).unwrap();
+    let first = laws::run(&planted(), cfg);
+    assert!(!first.passed);
+    let path = laws::persist::record(&dir, &first, cfg.seed).unwrap();
+    let records = laws::persist::load(&dir).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].0, path);
+    let again = laws::persist::replay(&records[0].1, find).unwrap();
+    assert!(!again.passed, "the replay did not fail");
+    assert_eq!(
+        again.counterexample, first.counterexample,
+        "the replay shrank elsewhere"
+    );
+    assert!(
+        first
+            .counterexample
+            .as_deref()
+            .unwrap()
+            .contains("minimal input: (0, 10)"),
+        "{:?}",
+        first.counterexample
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

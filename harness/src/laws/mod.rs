@@ -52,6 +52,7 @@ pub mod fuzz;
 pub mod linesearch;
 pub mod muon;
 pub mod ode;
+pub mod persist;
 pub mod radam;
 pub mod stack;
 pub mod strategies;
@@ -179,12 +180,15 @@ pub fn registry() -> Vec<Law> {
     v
 }
 
-/// Run one law with `cfg`.
+/// Run one law with `cfg`. A failure is recorded for replay when the environment asks
+/// ([`persist::FAILURE_DIR_ENV`]).
 pub fn run(law: &Law, cfg: RunConfig) -> LawReport {
     let cases = cfg.cases.unwrap_or(law.default_cases);
-    timed(law.name, law.family, cases, law.measures_memory, || {
+    let report = timed(law.name, law.family, cases, law.measures_memory, || {
         (law.run)(cases, cfg.seed)
-    })
+    });
+    persist::record_if_asked(&report, cfg);
+    report
 }
 
 /// Run `law` (`cases` cases) and time it into a [`LawReport`]. A law that measures memory runs

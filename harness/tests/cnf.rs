@@ -276,7 +276,7 @@ fn a_sample_that_overflows_in_a_later_chunk_is_reported_at_its_batch_index() {
     let p = c.params();
     let point = [0.0, 0.0, 1.0];
     let index_of = |e: Error| match e {
-        Error::Overflow(m) if m.starts_with("sample at index ") => {
+        Error::NonFinite(m) if m.starts_with("sample at index ") => {
             m[16..].split(' ').next().unwrap().parse::<usize>().unwrap()
         }
         e => panic!("expected a sample overflow, got {e:?}"),
@@ -358,7 +358,7 @@ fn bad_batches_are_typed_errors() {
     ));
     // A huge input overflows |y|^2: a typed error naming the sample, not a NaN.
     let err = flow::log_likelihood(&p, &[1e200, 0.0], None).unwrap_err();
-    assert!(matches!(err, Error::Overflow(_)), "{err}");
+    assert!(matches!(err, Error::NonFinite(_)), "{err}");
 }
 
 #[test]

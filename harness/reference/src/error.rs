@@ -30,9 +30,13 @@ pub enum Error {
         expected: usize,
         got: usize,
     },
-    /// A byte or element count overflowed `usize`.
+    /// A byte or element count overflowed `usize`, or a counter its integer type.
     #[error("size overflow: {0}")]
     Overflow(String),
+    /// A computed value is not finite (it overflowed, or became NaN): a result the reference
+    /// refuses to pass on, naming where it appeared.
+    #[error("not finite: {0}")]
+    NonFinite(String),
     /// The specialisation cache traced more often than allowed.
     #[error("`{name}` traced {traces} times, more than max_traces = {max}; {reason}")]
     TooManyTraces {

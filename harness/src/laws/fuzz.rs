@@ -553,7 +553,8 @@ pub fn cnf(data: &[u8]) -> Result<(), String> {
                 }
             }
             Err(
-                crate::reference::Error::Overflow(_) | crate::reference::Error::InvalidHyper { .. },
+                crate::reference::Error::NonFinite(_)
+                | crate::reference::Error::InvalidHyper { .. },
             ) => {}
             Err(e) => return Err(format!("unexpected error kind: {e}")),
         }
@@ -564,7 +565,8 @@ pub fn cnf(data: &[u8]) -> Result<(), String> {
                 }
             }
             Err(
-                crate::reference::Error::Overflow(_) | crate::reference::Error::InvalidHyper { .. },
+                crate::reference::Error::NonFinite(_)
+                | crate::reference::Error::InvalidHyper { .. },
             ) => {}
             Err(e) => return Err(format!("unexpected error kind: {e}")),
         }
@@ -591,7 +593,8 @@ pub fn cnf(data: &[u8]) -> Result<(), String> {
                 }
             }
             Err(
-                crate::reference::Error::Overflow(_) | crate::reference::Error::InvalidHyper { .. },
+                crate::reference::Error::NonFinite(_)
+                | crate::reference::Error::InvalidHyper { .. },
             ) => {}
             Err(e) => return Err(format!("unexpected error kind: {e}")),
         }

@@ -15,7 +15,7 @@
 //! [`crate::Error::ShapeMismatch`]; non-finite data or probes are
 //! [`crate::Error::InvalidHyper`]; an empty batch gives an empty result (loss 0, zero
 //! gradients); a non-finite log-density (overflow of a huge input) is
-//! [`crate::Error::Overflow`] naming the sample, never a NaN passed on.
+//! [`crate::Error::NonFinite`] naming the sample, never a NaN passed on.
 //!
 //! # References
 //! - R. T. Q. Chen, Y. Rubanova, J. Bettencourt, D. Duvenaud, "Neural ordinary differential
@@ -131,14 +131,14 @@ pub fn block_solve<A: Real>(
     Ok(sol.y_final)
 }
 
-fn finite_or_overflow<A: Real>(what: &str, v: &[A]) -> Result<()> {
-    finite_or_overflow_from(what, 0, v)
+fn finite_or_error<A: Real>(what: &str, v: &[A]) -> Result<()> {
+    finite_or_error_from(what, 0, v)
 }
 
-/// As [`finite_or_overflow`] for `v` starting at index `first` of a larger vector.
-fn finite_or_overflow_from<A: Real>(what: &str, first: usize, v: &[A]) -> Result<()> {
+/// As [`finite_or_error`] for `v` starting at index `first` of a larger vector.
+fn finite_or_error_from<A: Real>(what: &str, first: usize, v: &[A]) -> Result<()> {
     match v.iter().position(|a| !a.as_f64().is_finite()) {
-        Some(i) => Err(Error::Overflow(format!(
+        Some(i) => Err(Error::NonFinite(format!(
             "{what} at index {} is not finite ({:?})",
             first + i,
             v[i]
@@ -217,7 +217,7 @@ fn log_likelihood_chunk<A: Real>(
     let lp: Vec<A> = (0..n)
         .map(|i| z[n * d + i] + log_normal(&z[i * d..(i + 1) * d]))
         .collect();
-    finite_or_overflow_from("log-density", first, &lp)?;
+    finite_or_error_from("log-density", first, &lp)?;
     Ok(lp)
 }
 
@@ -255,11 +255,11 @@ fn sample_chunk<A: Real>(
     for b in 0..cfg.blocks {
         s = block_solve(params, b, n, probes, cfg.t0, cfg.t1, cfg.dt0, &s)?;
     }
-    finite_or_overflow_from("sample", first * d, &s[..n * d])?;
+    finite_or_error_from("sample", first * d, &s[..n * d])?;
     let lp: Vec<A> = (0..n)
         .map(|i| log_normal(&z[i * d..(i + 1) * d]) - s[n * d + i])
         .collect();
-    finite_or_overflow_from("log-density", first, &lp)?;
+    finite_or_error_from("log-density", first, &lp)?;
     s.truncate(n * d);
     Ok((s, lp))
 }
@@ -332,9 +332,9 @@ where
             }
         }
     }
-    finite_or_overflow("loss", &[loss])?;
+    finite_or_error("loss", &[loss])?;
     for (b, g) in grads.iter().enumerate() {
-        finite_or_overflow(&format!("gradient of block {b}"), g)?;
+        finite_or_error(&format!("gradient of block {b}"), g)?;
     }
     Ok(LossGrad {
         loss,
@@ -406,7 +406,7 @@ fn chunk_loss_and_grad<F: DiffField>(
                     let lp: Vec<f64> = (0..n)
                         .map(|i| zf[n * d + i] + log_normal(&zf[i * d..(i + 1) * d]))
                         .collect();
-                    finite_or_overflow_from("log-density", first, &lp)?;
+                    finite_or_error_from("log-density", first, &lp)?;
                     // the mean of the terms, each scaled first: a sum of n log-densities near
                     // -f64::MAX would overflow where their mean does not
                     loss = -lp.iter().map(|&v| v * inv).sum::<f64>();

@@ -64,6 +64,38 @@ fn measure_sees_an_allocation_and_its_release() {
     assert!(m2.live_delta <= -(1 << 20), "{m2:?}");
 }
 
+fn this_thread_measurement_ignores_another_threads_free() {
+    use harness::probe::{measure_in, Scope};
+    use std::sync::{Arc, Barrier};
+    let _g = harness::probe::exclusive();
+    // Another thread frees 1 MiB it allocated before the measurement, while this thread holds
+    // 4 KiB: the process-wide live bytes fall below the baseline, this thread's do not.
+    // (Barriers, not channels: a channel allocates its buffer on first use.)
+    let (held, freed) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+    let (h, f) = (held.clone(), freed.clone());
+    let other = std::thread::spawn(move || {
+        let block = std::hint::black_box(vec![1u8; 1 << 20]);
+        h.wait();
+        h.wait();
+        drop(block);
+        f.wait();
+    });
+    held.wait();
+    let run = |scope| {
+        measure_in(scope, || {
+            let mine = std::hint::black_box(vec![2u8; 4096]);
+            held.wait();
+            freed.wait();
+            mine.len()
+        })
+        .1
+    };
+    let here = run(Scope::ThisThread);
+    other.join().unwrap();
+    assert_eq!(here.peak_above_baseline, 4096, "{here:?}");
+    assert_eq!(here.live_delta, 0, "{here:?}");
+}
+
 fn assert_memory_law(name: &str) {
     let law = laws::find(name).unwrap_or_else(|| panic!("law {name} is not registered"));
     assert!(law.measures_memory, "{name}");
@@ -122,6 +154,10 @@ fn stack_measured_peaks_are_exact_for_a_fixed_model() {
     let cfg = StackConfig::new(4, 16, 64, DType::F16).unwrap();
     let rows = stack::measure_peaks(&stack::Reference, &cfg, 42, None).unwrap();
     assert!(rows.iter().all(|r| r.within_bound), "{rows:?}");
+    // Closed form for `preallocated`: the f16 stack (17,024) + one f32 layer (2128 * 4 = 8,512)
+    // + the four shape vectors of that layer ([16,64], [64], [64,16], [16]: 16+8+16+8 = 48).
+    let pre = rows.iter().find(|r| r.name == "preallocated").unwrap();
+    assert_eq!(pre.peak_bytes, 17_024 + 8_512 + 48, "{pre:?}");
     let table: Vec<_> = rows
         .iter()
         .map(|r| {
@@ -331,7 +367,11 @@ fn ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound() {
 }
 
 fn main() {
-    let tests: [(&str, fn()); 17] = [
+    let tests: [(&str, fn()); 18] = [
+        (
+            "this_thread_measurement_ignores_another_threads_free",
+            this_thread_measurement_ignores_another_threads_free,
+        ),
         (
             "muon_planned_newton_schulz_allocates_only_gemm_scratch_after_the_first_call",
             muon_planned_newton_schulz_allocates_only_gemm_scratch_after_the_first_call,

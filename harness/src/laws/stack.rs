@@ -9,7 +9,7 @@
 
 use super::{check_property, unsupported_dtype, Family, Law};
 use crate::backend::{Array, DType, Float};
-use crate::probe::{self, Measurement, Timeline};
+use crate::probe::{self, Measurement, Scope, Timeline};
 use crate::stack::bounds::{self, peak_bound};
 use crate::stack::forward::{forward_scan, forward_unrolled};
 use crate::stack::rng::uniform;
@@ -128,7 +128,10 @@ pub fn measure_build(
     strategy: Strategy,
     obs: &mut dyn Observer,
 ) -> Result<(AnyBuilt, Measurement), String> {
-    let (r, m) = probe::measure(|| subject.build(cfg, seed, strategy, obs));
+    // Builds run on the calling thread: its own counters give the same figure on every run.
+    let (r, m) = probe::measure_in(Scope::ThisThread, || {
+        subject.build(cfg, seed, strategy, obs)
+    });
     Ok((r.map_err(err)?, m))
 }
 
@@ -143,7 +146,10 @@ pub fn measure_peaks(
     let fin = cfg.final_bytes();
     let mut rows = Vec::new();
     for s in Strategy::ALL {
-        let mut tl = Timeline::with_capacity(if timelines.is_some() { 1 << 16 } else { 1 });
+        let mut tl = Timeline::in_scope(
+            Scope::ThisThread,
+            if timelines.is_some() { 1 << 16 } else { 1 },
+        );
         tl.start();
         let (built, m) = if timelines.is_some() {
             measure_build(subject, cfg, seed, s, &mut tl)?

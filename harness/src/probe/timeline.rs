@@ -5,7 +5,7 @@
 //! The reference code calls sample points through its own hook traits (e.g.
 //! `stack::Observer`); the laws implement those hooks for [`Timeline`].
 
-use super::counters;
+use super::{counters_in, Scope};
 
 /// One sample: live bytes and the peak so far, both above the timeline's baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -17,15 +17,21 @@ pub struct Sample {
 /// A fixed-capacity record of live bytes.
 #[derive(Debug, Clone)]
 pub struct Timeline {
+    scope: Scope,
     baseline: usize,
     samples: Vec<Sample>,
     dropped: usize,
 }
 
 impl Timeline {
-    /// Room for `capacity` samples (allocated now).
+    /// Room for `capacity` samples (allocated now), reading the process-wide counters.
     pub fn with_capacity(capacity: usize) -> Self {
+        Self::in_scope(Scope::Process, capacity)
+    }
+    /// Room for `capacity` samples (allocated now), reading the counters of `scope`.
+    pub fn in_scope(scope: Scope, capacity: usize) -> Self {
         Self {
+            scope,
             baseline: 0,
             samples: Vec::with_capacity(capacity.max(1)),
             dropped: 0,
@@ -35,11 +41,11 @@ impl Timeline {
     pub fn start(&mut self) {
         self.samples.clear();
         self.dropped = 0;
-        self.baseline = counters().live_bytes;
+        self.baseline = counters_in(self.scope).live_bytes;
     }
     /// Record the current live bytes and peak (both above the baseline); never allocates.
     pub fn record(&mut self) {
-        let c = counters();
+        let c = counters_in(self.scope);
         if self.samples.len() < self.samples.capacity() {
             self.samples.push(Sample {
                 live_bytes: c.live_bytes.saturating_sub(self.baseline),

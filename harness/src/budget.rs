@@ -15,6 +15,8 @@
 //! assert!(b.admit("a model", 1 << 10).is_ok());
 //! ```
 
+/// The environment variable that sets the budget when `--max-memory` is not given.
+pub const ENV_MAX_MEMORY: &str = "HARNESS_MAX_MEMORY";
 use crate::cnf::CnfConfig;
 use crate::stack::{bounds, StackConfig, Strategy};
 
@@ -45,7 +47,7 @@ impl Budget {
                 })
                 .map_err(|e| format!("--max-memory {v:?}: {e}"));
         }
-        if let Ok(v) = std::env::var("HARNESS_MAX_MEMORY") {
+        if let Ok(v) = std::env::var(ENV_MAX_MEMORY) {
             return parse_bytes(&v)
                 .map(|b| Budget {
                     bytes: b,

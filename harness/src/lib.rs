@@ -28,6 +28,9 @@ pub use harness_reference::{backend, cnf, ode, optim, pool, stack, stage, tree};
 
 pub mod bench;
 pub mod budget;
+/// The command line reports on the mutants, so it is built with them.
+#[cfg(feature = "mutants")]
+pub mod cli;
 pub mod error;
 pub mod golden;
 pub mod laws;

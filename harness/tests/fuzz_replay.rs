@@ -79,3 +79,9 @@ fn cnf_corpus_and_regressions_replay_clean() {
     let n = replay("cnf", harness::laws::fuzz::cnf);
     assert!(n >= 1, "only {n} inputs replayed");
 }
+
+#[test]
+fn cli_corpus_and_regressions_replay_clean() {
+    let n = replay("cli", harness::cli::fuzz::run_input);
+    assert!(n >= 100, "only {n} inputs replayed");
+}

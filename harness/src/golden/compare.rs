@@ -28,7 +28,13 @@ pub struct Comparator {
     first_failure: Option<String>,
     failures: usize,
     ratios: Vec<f64>,
+    bits: u64,
 }
+
+/// FNV-1a offset basis and prime (64-bit): [`Comparator::output_bits`] folds each computed
+/// value's bits into the hash, so two builds that compute the same numbers give the same digest.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
 
 impl Comparator {
     pub fn new(tol: Tol) -> Self {
@@ -40,11 +46,24 @@ impl Comparator {
             first_failure: None,
             failures: 0,
             ratios: Vec::new(),
+            bits: FNV_OFFSET,
         }
+    }
+    fn fold(&mut self, bits: u64) {
+        for byte in bits.to_le_bytes() {
+            self.bits = (self.bits ^ byte as u64).wrapping_mul(FNV_PRIME);
+        }
+    }
+    /// A digest of every value computed by the reference in this case, in comparison order
+    /// (FNV-1a over the `f64` bits of each `got` and each integer): equal digests mean the
+    /// same numbers bit for bit, e.g. across CPU levels or thread counts.
+    pub fn output_bits(&self) -> u64 {
+        self.bits
     }
     /// One value; `what` names it in the detail of the first failure.
     pub fn value(&mut self, what: impl FnOnce() -> String, got: f64, want: f64) {
         self.compared += 1;
+        self.fold(got.to_bits());
         if want.is_finite() && got.is_finite() {
             let abs = (got - want).abs();
             self.max_abs = self.max_abs.max(abs);
@@ -65,6 +84,7 @@ impl Comparator {
     /// An integer field: must be equal.
     pub fn exact(&mut self, what: impl FnOnce() -> String, got: i64, want: i64) {
         self.compared += 1;
+        self.fold(got as u64);
         if got != want {
             self.fail(format!("{}: got {got}, want {want}", what()));
         }
@@ -134,5 +154,33 @@ impl Comparator {
             None if self.compared == 0 => "nothing compared".into(),
             None => format!("{} values within tolerance", self.compared),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest(values: &[f64]) -> u64 {
+        let mut c = Comparator::new(Tol {
+            rtol: 1e-6,
+            atol: 1e-6,
+        });
+        for &v in values {
+            c.value(String::new, v, 1.0);
+        }
+        c.output_bits()
+    }
+
+    #[test]
+    fn output_bits_are_equal_for_equal_values_and_differ_by_one_ulp() {
+        let a = [1.0, 0.5, -0.0];
+        assert_eq!(digest(&a), digest(&a));
+        let one_ulp = [f64::from_bits(1.0f64.to_bits() + 1), 0.5, -0.0];
+        assert_ne!(digest(&a), digest(&one_ulp));
+        // -0.0 and 0.0 compare equal but are different bits
+        assert_ne!(digest(&a), digest(&[1.0, 0.5, 0.0]));
+        // order matters: the digest follows the comparison order
+        assert_ne!(digest(&[0.5, 1.0]), digest(&[1.0, 0.5]));
     }
 }

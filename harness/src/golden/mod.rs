@@ -26,6 +26,8 @@ pub struct CaseResult {
     pub passed: bool,
     pub max_abs_err: f64,
     pub max_rel_err: f64,
+    /// [`Comparator::output_bits`] in hex: the same on every build that computes the same bits.
+    pub output_bits: String,
     pub detail: String,
     /// Every compared number's `|got - want| / (atol + rtol*|want|)` (not serialised: the
     /// report plots their distribution).
@@ -171,6 +173,7 @@ pub fn replay(case: &Case) -> Result<CaseResult> {
         passed: cmp.passed(),
         max_abs_err: cmp.max_abs_err(),
         max_rel_err: cmp.max_rel_err(),
+        output_bits: format!("{:016x}", cmp.output_bits()),
         error_ratios: cmp.error_ratios().to_vec(),
         detail,
     })

@@ -20,6 +20,9 @@
 #                            corpus in ci/fuzz-smoke.sh)
 #   FUZZ_RSS_LIMIT_MB        per-process memory limit (default 4096, as ci/fuzz-smoke.sh)
 #   FUZZ_TIMEOUT             seconds one input may run before it counts as a timeout (default 60)
+#   FUZZ_SANITIZER           cargo-fuzz sanitizer (default none; `address` builds with
+#                            AddressSanitizer and debug assertions, for the targets that reach the
+#                            unsafe code of pool.rs and the gemm tiles: muon, cnf, stack)
 #
 # Why -fork=N and not -jobs/-workers: with -jobs each worker is an independent libFuzzer with its
 # own log and its own final stats (coverage overlaps, so they cannot be summed) and each stops at
@@ -33,6 +36,7 @@ SECONDS_PER_TARGET="${FUZZ_SECONDS_PER_TARGET:-600}"
 JOBS="${FUZZ_JOBS:-$(nproc)}"
 RSS_LIMIT_MB="${FUZZ_RSS_LIMIT_MB:-4096}"
 TIMEOUT="${FUZZ_TIMEOUT:-60}"
+SANITIZER="${FUZZ_SANITIZER:-none}"
 
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz
@@ -49,9 +53,13 @@ if ((${#targets[@]} == 0)); then
   exit 2
 fi
 
-fuzz=(cargo fuzz run --fuzz-dir fuzz -s none --release)
+build_flags=(--fuzz-dir fuzz -s "$SANITIZER" --release)
+if [[ "$SANITIZER" != none ]]; then
+  build_flags+=(--debug-assertions)
+fi
+fuzz=(cargo fuzz run "${build_flags[@]}")
 for t in "${targets[@]}"; do
-  cargo fuzz build --fuzz-dir fuzz -s none --release "$t"
+  cargo fuzz build "${build_flags[@]}" "$t"
 done
 
 logdir="fuzz/artifacts/nightly-logs"   # ignored by git, like the artifacts
@@ -85,7 +93,7 @@ for t in "${targets[@]}"; do
   list_artifacts >"$before"
 
   log="$logdir/$t.log"
-  echo "== fuzz $t: ${SECONDS_PER_TARGET}s, -fork=$JOBS, -max_len=$max_len (log: $log)"
+  echo "== fuzz $t: ${SECONDS_PER_TARGET}s, -fork=$JOBS, -max_len=$max_len, sanitizer $SANITIZER (log: $log)"
   start=$(date +%s)
   # Fork mode exits non-zero when a child crashed; the artifacts decide, not the status.
   "${fuzz[@]}" "$t" "$work" -- "${common[@]}" -fork="$JOBS" \

@@ -56,6 +56,9 @@ pub enum WorkerErrorKind {
     ProtocolMismatch,
     /// A well-formed success reply whose result lacks what the observation needs.
     BadResult,
+    /// The worker's processes held more resident memory than the memory budget; they were
+    /// killed.
+    OverMemory,
 }
 
 impl std::fmt::Display for WorkerErrorKind {
@@ -68,6 +71,7 @@ impl std::fmt::Display for WorkerErrorKind {
             WorkerErrorKind::Garbage => "garbage reply",
             WorkerErrorKind::ProtocolMismatch => "protocol version mismatch",
             WorkerErrorKind::BadResult => "unexpected result",
+            WorkerErrorKind::OverMemory => "over the memory budget",
         })
     }
 }

@@ -636,6 +636,41 @@ fn garbage_on_stdout_is_a_typed_error_quoting_the_line() {
 }
 
 #[test]
+fn a_worker_over_the_memory_budget_is_killed_with_a_typed_error() {
+    // The shell holds 64 MiB in a variable and never replies; the budget is 16 MiB.
+    let mut w = Worker::spawn(&WorkerCommand::shell(
+        "fake",
+        "read -r l; x=$(head -c 67108864 /dev/zero | tr '\\0' a); sleep 30",
+    ))
+    .unwrap();
+    w.set_memory_limit(Some(16 << 20));
+    let t = Instant::now();
+    let e = w.request("hello", Map::new(), 25 * SECOND).unwrap_err();
+    assert_eq!(kind(&e), Some(Kind::OverMemory), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("16777216 bytes (given)"), "{msg}");
+    assert!(t.elapsed() < 20 * SECOND, "{:?}", t.elapsed());
+    // the same worker without the watchdog would have timed out instead
+    let e = w.request("hello", Map::new(), SECOND).unwrap_err();
+    assert_eq!(kind(&e), Some(Kind::Died), "{e}");
+}
+
+#[test]
+fn the_resident_bytes_of_this_process_group_are_read() {
+    // This test binary's own group holds at least its own resident pages.
+    let pgid = own_process_group();
+    let held = harness::upstream::worker::group_resident_bytes(pgid).unwrap();
+    assert!(held > 1 << 20, "{held}");
+}
+
+/// This process's group id, read from /proc (no libc call in the test).
+fn own_process_group() -> u32 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 1..];
+    after.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+#[test]
 fn a_worker_that_exits_is_reported_with_its_status_and_stderr() {
     let mut w = Worker::spawn(&WorkerCommand::shell(
         "fake",

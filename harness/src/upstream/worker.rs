@@ -12,6 +12,12 @@
 //! time limit), writes garbage (the line, truncated) or speaks another protocol version. After
 //! any of these the worker is killed and every further request fails at once; start a new one.
 //! An exception inside the library is not an error of the client: it is a [`Reply::Failure`].
+//!
+//! Memory: while a request waits, the resident bytes of the worker's process group are read
+//! every [`MEMORY_POLL`] from `/proc`; above the memory budget (`HARNESS_MAX_MEMORY`, else half
+//! of the available memory: [`crate::budget::Budget::resolve`]) the group is killed and the
+//! request fails with `OverMemory`, naming the bytes seen and the budget. This is a watchdog,
+//! not a hard limit: a process can overshoot the budget for up to one poll interval.
 
 use super::observe::Hello;
 use super::profile::{Locations, Profile};
@@ -28,6 +34,8 @@ use std::time::{Duration, Instant};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL: u64 = 1;
+/// How often a waiting request reads the worker's resident memory.
+pub const MEMORY_POLL: Duration = Duration::from_millis(100);
 /// Lines of the worker's stderr kept for error messages.
 pub const STDERR_LINES: usize = 50;
 /// Characters kept of one stderr line.
@@ -244,6 +252,8 @@ pub struct Worker {
     next_id: u64,
     /// Set once the worker failed fatally: every further request returns it.
     broken: Option<Error>,
+    /// Resident bytes the process group may hold, and where the figure came from.
+    memory_limit: Option<(u64, &'static str)>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -339,7 +349,15 @@ impl Worker {
             stderr_done,
             next_id: 1,
             broken: None,
+            memory_limit: crate::budget::Budget::resolve(None)
+                .ok()
+                .map(|b| (u64::try_from(b.bytes).unwrap_or(u64::MAX), b.source)),
         })
+    }
+
+    /// Replace the memory budget of the module docs (`None`: no watchdog).
+    pub fn set_memory_limit(&mut self, bytes: Option<u64>) {
+        self.memory_limit = bytes.map(|b| (b, "given"));
     }
 
     /// The profile this worker runs.
@@ -403,7 +421,12 @@ impl Worker {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.events.recv_timeout(left) {
+            let wait = if self.memory_limit.is_some() {
+                left.min(MEMORY_POLL)
+            } else {
+                left
+            };
+            match self.events.recv_timeout(wait) {
                 Ok(Event::Line(l)) if l.trim().is_empty() => continue,
                 Ok(Event::Line(l)) => {
                     return match parse_reply(&self.profile, &l, id) {
@@ -419,6 +442,11 @@ impl Worker {
                 }
                 Ok(Event::Eof) | Err(RecvTimeoutError::Disconnected) => {
                     return Err(self.died(&what, ""))
+                }
+                Err(RecvTimeoutError::Timeout) if !left.is_zero() && wait < left => {
+                    if let Some(e) = self.over_memory(&what) {
+                        return Err(e);
+                    }
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     self.kill();
@@ -562,6 +590,26 @@ impl Worker {
         }
     }
 
+    /// When the group's resident bytes exceed the limit: kill it and return the error.
+    fn over_memory(&mut self, what: &str) -> Option<Error> {
+        let (limit, source) = self.memory_limit?;
+        let held = group_resident_bytes(self.child.id())?;
+        if held <= limit {
+            return None;
+        }
+        self.kill();
+        let e = worker_error(
+            &self.profile,
+            Kind::OverMemory,
+            format!(
+                "its processes held {held} bytes resident during {what}, more than the memory \
+                 budget of {limit} bytes ({source}); the process group was killed (raise \
+                 HARNESS_MAX_MEMORY to allow more)"
+            ),
+        );
+        Some(self.remember(e))
+    }
+
     /// Kill the process group (the worker and whatever it started) and reap the worker.
     fn kill(&mut self) {
         self.stdin = None;
@@ -585,6 +633,40 @@ impl Drop for Worker {
             self.kill();
         }
     }
+}
+
+/// Resident bytes of every process in process group `pgid`, read from Linux's `/proc` (`None`
+/// where it cannot be read: then there is no watchdog).
+pub fn group_resident_bytes(pgid: u32) -> Option<u64> {
+    // SAFETY: sysconf reads a configuration value; no memory of this process is touched.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+    let mut total = 0u64;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue; // exited meanwhile
+        };
+        // `pid (comm) state ppid pgrp ...`: comm may hold spaces and parentheses.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        if after.split_whitespace().nth(2).and_then(|g| g.parse().ok()) != Some(pgid) {
+            continue;
+        }
+        // `/proc/PID/statm`: size resident shared ... (pages)
+        let resident = std::fs::read_to_string(format!("/proc/{pid}/statm"))
+            .ok()
+            .and_then(|m| m.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0);
+        total = total.saturating_add(resident.saturating_mul(page));
+    }
+    Some(total)
 }
 
 fn describe(op: &str, fields: &Map<String, Value>) -> String {

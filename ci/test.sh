@@ -23,3 +23,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness -p harness-reference
 cargo run --release -q -p harness -- upstream setup
 cargo run --release -q -p harness -- upstream check --json target/upstream-check.json
 cargo run --release -q -p harness -- upstream diff --cases 20 --json target/upstream-diff.json
+# Nothing above may write into the repository: outputs go to target/ or a temporary directory,
+# and committed snapshots, corpora and fixtures change only by review.
+if [ -n "$(git status --porcelain)" ]; then
+    git status --short >&2
+    echo "the checks above wrote into the repository" >&2
+    exit 1
+fi

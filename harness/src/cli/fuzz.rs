@@ -252,6 +252,13 @@ impl Flag {
     }
 }
 
+impl Flag {
+    /// Flags naming a file or directory the command writes.
+    fn writes(self) -> bool {
+        matches!(self, Flag::Json | Flag::Report | Flag::Svg | Flag::Out)
+    }
+}
+
 impl Switch {
     fn name(self) -> &'static str {
         match self {
@@ -345,6 +352,25 @@ impl Value {
 }
 
 impl Value {
+    /// The value as an output path. The run's own paths are kept; any other value (a number,
+    /// a law name, text given where a path is expected) keeps only its plain name components,
+    /// taken inside `dir`: no run writes outside its directory, whatever `/` or `..` it holds.
+    fn render_output(&self, dir: &Path) -> OsString {
+        if let Value::Path(p) = self {
+            return p.path(dir).into_os_string();
+        }
+        let text = self.render(dir);
+        let mut path = dir.to_path_buf();
+        for part in Path::new(&text).components() {
+            if let std::path::Component::Normal(name) = part {
+                path.push(name);
+            }
+        }
+        path.into_os_string()
+    }
+}
+
+impl Value {
     /// The input files (relative to the run's directory) this value names when it is read.
     fn reads(&self) -> &'static [&'static str] {
         match self {
@@ -373,7 +399,11 @@ impl CliInput {
                         reads.extend(v.reads());
                     }
                     line.push(f.name().into());
-                    line.push(v.render(dir));
+                    line.push(if f.writes() {
+                        v.render_output(dir)
+                    } else {
+                        v.render(dir)
+                    });
                 }
                 Arg::Flag(..) => {}
                 Arg::Switch(s) => line.push(s.name().into()),
@@ -509,5 +539,30 @@ mod tests {
         let r = run_in(&input, &dir);
         let _ = std::fs::remove_dir_all(&dir);
         r.unwrap();
+    }
+
+    #[test]
+    fn outputs_named_by_any_value_stay_inside_the_run_directory() {
+        // A dtype, a number and a law name given where an output path is expected were once
+        // written into the working directory of the fuzzer (`f16`, `0/`, a law's folder).
+        let input = CliInput {
+            command: Command::Check,
+            args: vec![
+                Arg::Flag(Flag::Report, Value::Dtype(DtypeName::F16)),
+                Arg::Flag(Flag::Json, Value::Number(Number::Zero)),
+                Arg::Flag(Flag::Svg, Value::Law(0)),
+                Arg::Flag(Flag::Out, Value::Text("/../up".into())),
+            ],
+            file_a: vec![],
+            file_b: vec![],
+        };
+        let dir = Path::new("/run-dir");
+        let (line, _) = input.command_line(dir);
+        for flag in ["--report", "--json", "--svg", "--out"] {
+            let at = line.iter().position(|a| a == flag).unwrap();
+            let value = Path::new(&line[at + 1]);
+            assert!(value.starts_with(dir), "{flag} {}", value.display());
+            assert!(!value.components().any(|c| c == std::path::Component::ParentDir));
+        }
     }
 }

@@ -189,7 +189,7 @@ enum UpstreamCmd {
         /// Cases per kind.
         #[arg(long, default_value_t = 20)]
         cases: u32,
-        /// adam or radam (repeatable; default: both).
+        /// adam, radam, muon, linesearch or ode (repeatable; default: all).
         #[arg(long)]
         kind: Vec<String>,
         /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
@@ -1153,7 +1153,8 @@ fn upstream_diff(a: DiffArgs) -> Outcome {
             .iter()
             .map(|k| {
                 DiffKind::parse(k).ok_or_else(|| {
-                    Usage(format!("--kind {k}: implemented kinds are adam and radam"))
+                    let names: Vec<_> = DiffKind::ALL.iter().map(|k| k.name()).collect();
+                    Usage(format!("--kind {k}: the kinds are {}", names.join(", ")))
                 })
             })
             .collect::<Result<Vec<_>, _>>()?

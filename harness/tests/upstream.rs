@@ -1143,4 +1143,98 @@ mod diff {
         let report = diff::run(&mut ok, &opts, &mut |_| {}).unwrap();
         assert!(report.mismatches.is_empty());
     }
+
+    #[test]
+    fn a_case_the_library_solved_and_the_reference_refuses_is_a_mismatch() {
+        let input = json!({"format": "golden-v1"});
+        let refused = |edit: &dyn Fn(&mut Value)| {
+            let mut result: Value = serde_json::from_str(&worker_result(false)).unwrap();
+            edit(&mut result["case"]);
+            let mut w = Worker::spawn(&fake(&[("RESULT", &result.to_string())])).unwrap();
+            match diff::compare(&mut w, &input, 10 * SECOND).unwrap() {
+                Outcome::Mismatch { detail, .. } => detail,
+                other => panic!("{other:?}"),
+            }
+        };
+        // a hyperparameter optax took and the reference rejects
+        let d = refused(&|c| c["optimizer"]["hyper"]["b1"] = json!(1.5));
+        assert!(d.contains("b1"), "{d}");
+        // an output the reference's reader cannot take (a shape its data does not fill)
+        let d = refused(&|c| c["steps"][0]["updates"]["w"]["shape"] = json!([7]));
+        assert!(d.contains("refused") && d.contains("steps[0]"), "{d}");
+    }
+
+    /// `n` inputs of `kind` drawn with a fixed seed.
+    fn drawn(kind: DiffKind, n: usize) -> Vec<Value> {
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = kind.inputs();
+        (0..n)
+            .map(|i| {
+                let v = strategy.new_tree(&mut runner).unwrap().current();
+                diff::named(v, &format!("drawn-{i}"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_kind_draws_inputs_the_golden_reader_accepts() {
+        for kind in DiffKind::ALL {
+            for mut input in drawn(kind, 40) {
+                if input.get("tolerance").is_none() {
+                    // ode inputs leave the tolerance to the worker (the generators' defaults)
+                    input["tolerance"] = json!({"rtol": 1e-8, "atol": 1e-10});
+                }
+                let case = harness::golden::Case::parse("drawn", &input.to_string())
+                    .unwrap_or_else(|e| panic!("{}: {e}\n{input}", kind.name()));
+                assert_eq!(case.name, input["name"].as_str().unwrap());
+                if kind == DiffKind::Linesearch {
+                    harness::golden::linesearch_hyper(&case)
+                        .unwrap_or_else(|e| panic!("{e}\n{input}"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ode_inputs_cover_every_tableau_and_never_give_euler_a_pid_controller() {
+        let inputs = drawn(DiffKind::Ode, 300);
+        for solver in diff::ODE_SOLVERS {
+            assert!(
+                inputs.iter().any(|i| i["solver"] == solver),
+                "{solver} never drawn"
+            );
+        }
+        for c in ["constant", "pid"] {
+            assert!(inputs.iter().any(|i| i["controller"]["type"] == c), "{c}");
+        }
+        assert!(
+            inputs.iter().any(|i| i["t1"].as_f64() < i["t0"].as_f64()),
+            "backward"
+        );
+        for i in &inputs {
+            if i["solver"] == "euler" {
+                assert_eq!(i["controller"]["type"], "constant", "{i}");
+            }
+            let dt0 = i["controller"]["dt0"].as_f64().unwrap_or(0.0);
+            let span = i["t1"].as_f64().unwrap() - i["t0"].as_f64().unwrap();
+            assert!(dt0 * span >= 0.0, "dt0 points the other way: {i}");
+        }
+    }
+
+    #[test]
+    fn muon_inputs_write_the_coefficients_out() {
+        let inputs = drawn(DiffKind::Muon, 200);
+        let dion = json!(harness::optim::muon::coeffs::DION.to_vec());
+        assert!(inputs
+            .iter()
+            .any(|i| i["optimizer"]["hyper"]["ns_coeffs"] == dion));
+        for i in &inputs {
+            let coeffs = &i["optimizer"]["hyper"]["ns_coeffs"];
+            assert!(
+                coeffs.is_null() || coeffs.is_array(),
+                "a preset name would depend on the release's table: {i}"
+            );
+        }
+    }
 }

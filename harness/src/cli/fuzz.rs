@@ -562,7 +562,9 @@ mod tests {
             let at = line.iter().position(|a| a == flag).unwrap();
             let value = Path::new(&line[at + 1]);
             assert!(value.starts_with(dir), "{flag} {}", value.display());
-            assert!(!value.components().any(|c| c == std::path::Component::ParentDir));
+            assert!(!value
+                .components()
+                .any(|c| c == std::path::Component::ParentDir));
         }
     }
 }

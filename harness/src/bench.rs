@@ -1,19 +1,22 @@
 //! `harness bench AREA`: the reference timed against the physical limit measured in the same run.
 //!
-//! Figures (names from `docs/CLI.md`, stable): area `optim` — `copy_bandwidth_gbps`,
-//! `adam_fused_16m_gbps`, `radam_fused_16m_gbps`, `radam_allocs_per_step`, and the ratios of
-//! the fused rates to the copy bandwidth, and `linesearch_rosenbrock_65536_ms` (one chained
-//! `sgd(1) + backtracking` step on a 65,536-dimensional Rosenbrock in f32: value and gradient,
-//! the staged line-search update and `apply_updates`, from the same start point each time) with
-//! its evaluation count; area `ode` — `ode_lv_tsit5_1e-8_us`. Times are medians over repetitions.
-//! the fused rates to the copy bandwidth; area `muon` — `ns5_1024_ms` (5 standard Newton–Schulz
-//! iterations on a 1024x1024 f32 matrix, planned form) and `gemm_1024_gflops` (one 1024^3 f32
-//! product through the same gemm call dfdx makes, `2 n^3` flops per product). Times are medians
-//! over repetitions.
-//! the fused rates to the copy bandwidth; area `stack` — `init_chunked_gbps` (f16 output bytes
-//! per second of `chunked-direct` for 16 layers of 1024-4096-1024) against
-//! `fresh_write_gbps` (filling a freshly allocated buffer of the same size, the limit of producing
-//! that many bytes of new memory). Times are medians over repetitions.
+//! Figures (names from `docs/CLI.md`, stable; times are medians over repetitions):
+//! - area `optim`: `copy_bandwidth_gbps`, `adam_fused_16m_gbps`, `radam_fused_16m_gbps`,
+//!   `radam_allocs_per_step`, the ratios of the fused rates to the copy bandwidth, and
+//!   `linesearch_rosenbrock_65536_ms` (one chained `sgd(1) + backtracking` step on a
+//!   65,536-dimensional Rosenbrock in f32: value and gradient, the staged line-search update and
+//!   `apply_updates`, from the same start point each time) with its evaluation count;
+//! - area `muon`: `ns5_1024_ms` (5 standard Newton–Schulz iterations on a 1024x1024 f32 matrix,
+//!   planned form) and `gemm_1024_gflops` (one 1024^3 f32 product through the same gemm call
+//!   dfdx makes, `2 n^3` flops per product);
+//! - area `ode`: `ode_lv_tsit5_1e-8_us` and its step count;
+//! - area `cnf`: `train_step_w64_d3_b500_ms` and its gemm bound;
+//! - area `stack`: `init_chunked_gbps` (f16 output bytes per second of `chunked-direct` for 16
+//!   layers of 1024-4096-1024) against `fresh_write_gbps` (filling a freshly allocated buffer of
+//!   the same size, the limit of producing that many bytes of new memory).
+//!
+//! `--against PROFILE` adds the real library's figure on the same work
+//! ([`crate::upstream::against`]).
 
 use crate::backend::Array;
 use crate::ode::Integration;
@@ -42,6 +45,25 @@ pub struct Figure {
     /// Where the limit comes from, or why there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit_source: Option<String>,
+    /// The real library on the same work, in `unit` (`--against` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<f64>,
+    /// The upstream first call's time beyond a steady-state call: trace and compile, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_compile_s: Option<f64>,
+    /// Above 1: ours is faster (`value / upstream` for rates, `upstream / value` for times).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_upstream: Option<f64>,
+    /// How the upstream work was done and where it differs from ours.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_note: Option<String>,
+}
+
+impl Figure {
+    /// A figure with only its name, value and unit (what `bench AREA` reports).
+    pub fn new(name: &str, value: f64, unit: &str) -> Figure {
+        fig(name, value, unit)
+    }
 }
 
 fn fig(name: &str, value: f64, unit: &str) -> Figure {
@@ -53,6 +75,10 @@ fn fig(name: &str, value: f64, unit: &str) -> Figure {
         limit: None,
         ratio: None,
         limit_source: None,
+        upstream: None,
+        upstream_compile_s: None,
+        ratio_to_upstream: None,
+        upstream_note: None,
     }
 }
 

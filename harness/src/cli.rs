@@ -75,6 +75,12 @@ enum Cmd {
         /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Also time the real library of this upstream profile (e.g. current) on the same work,
+        /// in the same run (needs `harness upstream setup`).
+        #[arg(long, value_name = "PROFILE")]
+        against: Option<String>,
+        #[command(flatten)]
+        dirs: UpstreamDirs,
     },
     /// Build the stacked model with every strategy and measure peak memory.
     InitPeaks {
@@ -325,7 +331,13 @@ where
         } => check(law, cases, seed, json),
         Cmd::Golden { paths, json } => golden(paths, json),
         Cmd::Mutants { only, json } => mutants(only, json),
-        Cmd::Bench { area, quick, json } => bench(&area, quick, json),
+        Cmd::Bench {
+            area,
+            quick,
+            json,
+            against,
+            dirs,
+        } => bench(&area, quick, json, against.map(|p| (p, dirs))),
         Cmd::InitPeaks {
             layers,
             width,
@@ -620,34 +632,141 @@ fn mutants(only: Option<String>, json: Option<PathBuf>) -> Outcome {
     Ok(missed == 0)
 }
 
-fn bench(area: &str, quick: bool, json: Option<PathBuf>) -> Outcome {
-    if area == "all" {
-        return bench_all(quick, json);
+fn bench(
+    area: &str,
+    quick: bool,
+    json: Option<PathBuf>,
+    against: Option<(String, UpstreamDirs)>,
+) -> Outcome {
+    // the profile is resolved before any timing: a wrong name costs nothing
+    let against = match against {
+        Some((name, dirs)) => {
+            let loc = crate::upstream::Locations::new(dirs.upstream_dir, dirs.venvs);
+            let prof = crate::upstream::Profile::resolve(&name, &loc)
+                .map_err(|e| Usage(e.replacen("--profile", "--against", 1)))?;
+            Some((loc, prof))
+        }
+        None => None,
+    };
+    let (mut figures, skipped) = if area == "all" {
+        let bar = progress();
+        bar.set_length(crate::bench::AREAS.len() as u64);
+        let mut started = false;
+        let all = crate::bench::all(quick, |area| {
+            if started {
+                bar.inc(1);
+            }
+            started = true;
+            bar.set_message(format!("bench {area}"));
+        });
+        bar.finish_and_clear();
+        let all = all.map_err(|e| Usage(e.to_string()))?;
+        (all.figures, Some(all.skipped))
+    } else {
+        let figures = crate::bench::run(area, quick).map_err(|e| Usage(e.to_string()))?;
+        (figures, None)
+    };
+    let mut upstream_ok = true;
+    if let Some((loc, prof)) = &against {
+        upstream_ok = bench_against(loc, prof, quick, &mut figures);
     }
-    let figures = crate::bench::run(area, quick).map_err(|e| Usage(e.to_string()))?;
-    let mut t = Table::new(&["figure", "value", "unit"]);
-    for f in &figures {
-        t.row(vec![f.name.clone(), num(f.value), f.unit.clone()]);
+    match &skipped {
+        Some(_) => print_bench_all(&figures),
+        None => {
+            let mut t = Table::new(&["figure", "value", "unit"]);
+            for f in &figures {
+                t.row(vec![f.name.clone(), num(f.value), f.unit.clone()]);
+            }
+            print!("{}", t.render());
+        }
+    }
+    for s in skipped.iter().flatten() {
+        println!("note: {s}");
+    }
+    if against.is_some() {
+        print_against(&figures);
+    }
+    let doc = match &skipped {
+        Some(s) => serde_json::json!({"area": "all", "figures": figures, "skipped": s}),
+        None => serde_json::json!({"area": area, "figures": figures}),
+    };
+    save(json, &doc)?;
+    Ok(upstream_ok)
+}
+
+/// Time the upstream equivalents of `figures` with the worker of `prof` (false when the worker
+/// could not be started or failed; the figures measured so far are kept).
+fn bench_against(
+    loc: &crate::upstream::Locations,
+    prof: &crate::upstream::Profile,
+    quick: bool,
+    figures: &mut [crate::bench::Figure],
+) -> bool {
+    use crate::upstream::worker::{Worker, WorkerCommand};
+    use std::time::Duration;
+    let cmd = WorkerCommand::for_profile(loc, prof);
+    let mut worker = match Worker::spawn(&cmd).and_then(|mut w| {
+        w.hello(Duration::from_secs(120))?;
+        Ok(w)
+    }) {
+        Ok(w) => w,
+        Err(e) => {
+            println!("bench --against {}: {e}", prof.name);
+            return false;
+        }
+    };
+    let bar = progress();
+    let reps = if quick { 3 } else { 11 };
+    let r = crate::upstream::against::attach(
+        &mut worker,
+        figures,
+        reps,
+        Duration::from_secs(600),
+        &mut |name| bar.set_message(format!("{} {name}", prof.name)),
+    );
+    bar.finish_and_clear();
+    let _ = worker.shutdown(Duration::from_secs(10));
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            println!("bench --against {}: {e}", prof.name);
+            false
+        }
+    }
+}
+
+/// The side-by-side table of `--against`.
+fn print_against(figures: &[crate::bench::Figure]) {
+    let mut t = Table::new(&[
+        "figure",
+        "ours",
+        "upstream",
+        "unit",
+        "upstream compile s",
+        "ours vs upstream",
+        "upstream work",
+    ]);
+    for f in figures.iter().filter(|f| f.upstream_note.is_some()) {
+        t.row(vec![
+            f.name.clone(),
+            num(f.value),
+            f.upstream.map(num).unwrap_or_else(|| "-".into()),
+            f.unit.clone(),
+            f.upstream_compile_s
+                .map(|s| format!("{s:.2}"))
+                .unwrap_or_else(|| "-".into()),
+            f.ratio_to_upstream
+                .map(|r| format!("{r:.2}"))
+                .unwrap_or_else(|| "-".into()),
+            f.upstream_note.clone().unwrap_or_default(),
+        ]);
     }
     print!("{}", t.render());
-    save(json, &serde_json::json!({"area": area, "figures": figures}))?;
-    Ok(true)
+    println!("ours vs upstream: above 1 means ours is faster (rates: ours / upstream; times: upstream / ours)");
 }
 
 /// Every area in one table, each figure against the limit measured in the same run.
-fn bench_all(quick: bool, json: Option<PathBuf>) -> Outcome {
-    let bar = progress();
-    bar.set_length(crate::bench::AREAS.len() as u64);
-    let mut started = false;
-    let all = crate::bench::all(quick, |area| {
-        if started {
-            bar.inc(1);
-        }
-        started = true;
-        bar.set_message(format!("bench {area}"));
-    });
-    bar.finish_and_clear();
-    let all = all.map_err(|e| Usage(e.to_string()))?;
+fn print_bench_all(figures: &[crate::bench::Figure]) {
     let mut t = Table::new(&[
         "area",
         "figure",
@@ -657,7 +776,7 @@ fn bench_all(quick: bool, json: Option<PathBuf>) -> Outcome {
         "ratio",
         "limit from",
     ]);
-    for f in &all.figures {
+    for f in figures {
         t.row(vec![
             f.area.clone().unwrap_or_default(),
             f.name.clone(),
@@ -672,8 +791,7 @@ fn bench_all(quick: bool, json: Option<PathBuf>) -> Outcome {
     }
     print!("{}", t.render());
     println!("ratio: fraction of the limit reached (rate / limit, or ideal time / time)");
-    if all
-        .figures
+    if figures
         .iter()
         .any(|f| f.name == "ns5_1024_ms" && f.ratio.is_some_and(|r| r > 1.0))
     {
@@ -682,14 +800,6 @@ fn bench_all(quick: bool, json: Option<PathBuf>) -> Outcome {
              form computes only the upper halves of the symmetric products"
         );
     }
-    for s in &all.skipped {
-        println!("note: {s}");
-    }
-    save(
-        json,
-        &serde_json::json!({"area": "all", "figures": all.figures, "skipped": all.skipped}),
-    )?;
-    Ok(true)
 }
 
 /// The arguments of `init-peaks`.

@@ -1238,3 +1238,91 @@ mod diff {
         }
     }
 }
+
+// ---------------------------------------------------------------------------- bench --against
+
+mod against {
+    use super::*;
+    use harness::bench::Figure;
+    use harness::upstream::against;
+
+    fn figures() -> Vec<Figure> {
+        vec![
+            Figure::new("adam_fused_16m_gbps", 30.0, "GB/s"),
+            Figure::new("linesearch_rosenbrock_65536_ms", 10.0, "ms"),
+            Figure::new("linesearch_rosenbrock_65536_evals", 16.0, "evaluations"),
+            Figure::new("ode_lv_tsit5_1e-8_us", 40.0, "us"),
+            Figure::new("ode_lv_tsit5_1e-8_steps", 188.0, "steps"),
+            Figure::new("copy_bandwidth_gbps", 20.0, "GB/s"),
+        ]
+    }
+
+    #[test]
+    fn upstream_seconds_become_the_figures_unit_and_the_ratio_says_who_is_faster() {
+        // every request answered with 20 ms steady state, 0.5 s first call, 16 evaluations
+        let result = r#"{"seconds":0.02,"first_call_seconds":0.5,"counts":{"evaluations":16},"note":"same work"}"#;
+        let mut w = Worker::spawn(&fake(&[("RESULT", result)])).unwrap();
+        let mut f = figures();
+        let mut asked = vec![];
+        against::attach(&mut w, &mut f, 3, 10 * SECOND, &mut |n| {
+            asked.push(n.to_string())
+        })
+        .unwrap();
+        assert_eq!(
+            asked,
+            [
+                "adam_fused_16m_gbps",
+                "linesearch_rosenbrock_65536_ms",
+                "ode_lv_tsit5_1e-8_us"
+            ]
+        );
+        // a rate: 28 B x 2^24 params in 20 ms = 23.49 GB/s; ours 30 is faster
+        let gbps = 28.0 * (1u64 << 24) as f64 / 0.02 / 1e9;
+        assert_eq!(f[0].upstream, Some(gbps));
+        assert_eq!(f[0].ratio_to_upstream, Some(30.0 / gbps));
+        assert_eq!(f[0].upstream_compile_s, Some(0.48));
+        // a time: 20 ms upstream, 10 ms ours: ours twice as fast
+        assert_eq!(f[1].upstream, Some(20.0));
+        assert_eq!(f[1].ratio_to_upstream, Some(2.0));
+        assert!(f[1]
+            .upstream_note
+            .as_deref()
+            .unwrap()
+            .ends_with("evaluations: 16 both"));
+        // microseconds; the worker gave no step count: nothing claimed about it
+        assert_eq!(f[3].upstream, Some(20_000.0));
+        assert_eq!(f[3].ratio_to_upstream, Some(20_000.0 / 40.0));
+        assert_eq!(f[3].upstream_note.as_deref(), Some("same work"));
+        // figures without an upstream equivalent are left alone
+        assert!(f[5].upstream.is_none() && f[5].upstream_note.is_none());
+    }
+
+    #[test]
+    fn a_count_that_differs_is_named_and_a_library_failure_is_a_note() {
+        let result = r#"{"seconds":0.02,"counts":{"evaluations":9},"note":"same work"}"#;
+        let mut w = Worker::spawn(&fake(&[("RESULT", result)])).unwrap();
+        let mut f = figures();
+        against::attach(&mut w, &mut f, 3, 10 * SECOND, &mut |_| {}).unwrap();
+        let note = f[1].upstream_note.as_deref().unwrap();
+        assert!(
+            note.contains("evaluations DIFFER: upstream 9, ours 16"),
+            "{note}"
+        );
+        let mut w = Worker::spawn(&fake(&[("FAIL", "ImportError")])).unwrap();
+        let mut f = figures();
+        against::attach(&mut w, &mut f, 3, 10 * SECOND, &mut |_| {}).unwrap();
+        assert!(f[0].upstream.is_none());
+        assert!(f[0]
+            .upstream_note
+            .as_deref()
+            .unwrap()
+            .starts_with("upstream failed: ImportError"));
+    }
+
+    #[test]
+    fn a_result_without_positive_seconds_is_a_typed_worker_error() {
+        let mut w = Worker::spawn(&fake(&[("RESULT", r#"{"seconds":0}"#)])).unwrap();
+        let e = against::attach(&mut w, &mut figures(), 3, 10 * SECOND, &mut |_| {}).unwrap_err();
+        assert!(e.to_string().contains("no positive `seconds`"), "{e}");
+    }
+}

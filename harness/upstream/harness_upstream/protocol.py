@@ -223,6 +223,11 @@ class Worker:
         gc.collect()
         return {"x64": True, "case": module.run_case(case)}
 
+    def op_bench(self, req):
+        module = load_module("bench", "bench")
+        self.ensure_jax()
+        return module.run(req.get("args", {}))
+
     # -- loop ------------------------------------------------------------------------------
 
     def reply(self, obj):
@@ -257,8 +262,11 @@ class Worker:
                 result = self.op_observe(req)
             elif op == "golden":
                 result = self.op_golden(req)
+            elif op == "bench":
+                result = self.op_bench(req)
             elif isinstance(op, str):
-                raise UnknownOp(f"unknown op {op!r}; known: hello, observe, golden, shutdown")
+                raise UnknownOp(f"unknown op {op!r}; known: hello, observe, golden, bench, "
+                                "shutdown")
             else:
                 raise BadRequest("missing op")
             reply = {"protocol": PROTOCOL, "id": rid, "ok": True, "result": clean(result),

@@ -1332,7 +1332,12 @@ fn upstream_diff(a: DiffArgs) -> Outcome {
     };
     for m in &report.mismatches {
         println!(
-            "MISMATCH {} {} (shrunk in {} candidates): {}\n  drawn: {}\n  written: {}",
+            "{} {} {} (shrunk in {} candidates): {}\n  drawn: {}\n  written: {}",
+            if m.explained.is_some() {
+                "explained mismatch"
+            } else {
+                "MISMATCH"
+            },
             m.kind,
             m.case,
             m.shrink_steps,
@@ -1340,12 +1345,20 @@ fn upstream_diff(a: DiffArgs) -> Outcome {
             m.drawn,
             m.golden_file.as_deref().unwrap_or("(not written)")
         );
+        if let Some(why) = &m.explained {
+            println!("  {why}");
+        }
     }
+    let explained = report
+        .mismatches
+        .iter()
+        .filter(|m| m.explained.is_some())
+        .count();
     for e in &report.library_errors {
         println!("library error: {e}");
     }
     println!(
-        "{} cases ({}): {} mismatches, {} rejected by the library; {:.1} s",
+        "{} cases ({}): {} mismatches ({} explained by the library's own rounding), {} rejected by the library; {:.1} s",
         report.cases,
         report
             .per_kind
@@ -1354,9 +1367,10 @@ fn upstream_diff(a: DiffArgs) -> Outcome {
             .collect::<Vec<_>>()
             .join(", "),
         report.mismatches.len(),
+        explained,
         report.library_error_count,
         report.seconds
     );
     save(a.json, &report)?;
-    Ok(report.mismatches.is_empty())
+    Ok(explained == report.mismatches.len())
 }

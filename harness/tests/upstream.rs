@@ -563,6 +563,8 @@ while IFS= read -r l; do
       printf '{"protocol":1,"id":%s,"ok":true,"result":{"profile":"fake","python":"3.11.7","packages":{"jax":"0.4.30","optax":null},"devices":2,"protocol":%s},"seconds":0.01}\n' "$id" "${HELLO_PROTOCOL:-1}";;
     *'"op":"shutdown"'*)
       printf '{"protocol":1,"id":%s,"ok":true,"result":{},"seconds":0}\n' "$id"; exit 0;;
+    *'"eager":true'*)
+      printf '{"protocol":1,"id":%s,"ok":true,"result":%s,"seconds":0.1}\n' "$id" "${EAGER_RESULT:-$RESULT}";;
     *)
       if [ -n "$FAIL" ]; then
         printf '{"protocol":1,"id":%s,"ok":false,"error":{"type":"%s","message":"m","traceback":""},"seconds":0}\n' "$id" "$FAIL"
@@ -1162,6 +1164,42 @@ mod diff {
         // an output the reference's reader cannot take (a shape its data does not fill)
         let d = refused(&|c| c["steps"][0]["updates"]["w"]["shape"] = json!([7]));
         assert!(d.contains("refused") && d.contains("steps[0]"), "{d}");
+    }
+
+    /// A committed adaptive ODE case as the worker's result; `edit` changes it first.
+    fn ode_result(edit: &dyn Fn(&mut Value)) -> String {
+        let text = std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../fixtures/golden/ode-lv-tsit5-pid.json"),
+        )
+        .unwrap();
+        let mut case: Value = serde_json::from_str(&text).unwrap();
+        edit(&mut case);
+        json!({"x64": true, "case": case}).to_string()
+    }
+
+    #[test]
+    fn an_ode_mismatch_is_explained_only_when_the_library_cannot_reproduce_itself() {
+        let case = |r: &str| serde_json::from_str::<Value>(r).unwrap()["case"].clone();
+        let jit = ode_result(&|_| {});
+        let explain = |eager: &str| {
+            let mut w = Worker::spawn(&fake(&[("RESULT", &jit), ("EAGER_RESULT", eager)])).unwrap();
+            diff::explain_ode(&mut w, &case(&jit), 10 * SECOND).unwrap()
+        };
+        // the op-by-op run lands on the same numbers: the mismatch stands
+        assert_eq!(explain(&jit), None);
+        // one time off by 1e-6 relative, beyond the case's 1e-8: rounding-sensitive
+        let moved = ode_result(&|c| {
+            let t = &mut c["expected"]["ts"]["data"][2];
+            *t = json!(t.as_f64().unwrap() * (1.0 + 1e-6));
+        });
+        let why = explain(&moved).expect("explained");
+        assert!(why.contains("1 of") && why.contains("1.0e-6"), "{why}");
+        // a different number of steps
+        let shorter = ode_result(&|c| {
+            c["expected"]["ts"]["data"].as_array_mut().unwrap().pop();
+        });
+        assert!(explain(&shorter).unwrap().contains("take different steps"));
     }
 
     /// `n` inputs of `kind` drawn with a fixed seed.

@@ -13,7 +13,7 @@ mod optimizer;
 pub use ode::GoldenProblem;
 
 pub use compare::{error_over_tolerance, Comparator};
-pub use format::{parse_tensor, parse_tree, Case};
+pub use format::{parse_number, parse_tensor, parse_tree, Case};
 pub use linesearch::parse_hyper as linesearch_hyper;
 
 use crate::{Error, Result};

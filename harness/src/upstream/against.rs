@@ -15,10 +15,11 @@
 //! | `ns5_1024_ms` | `optax.contrib`'s `orthogonalize_via_newton_schulz`, 5 standard iterations, f32 |
 //! | `linesearch_rosenbrock_65536_ms` | `sgd(1)` + `scale_by_backtracking_linesearch(15)` step, value and gradient included, f32 |
 //! | `ode_lv_tsit5_1e-8_us` | `diffrax.diffeqsolve`, Tsit5, PID 1e-8/1e-10, f64 |
+//! | `train_step_w64_d3_b500_ms` | the diffrax CNF example's model (width 64, depth 3, one block), loss and gradient through 10 backward Tsit5 steps with the exact trace, `optax.adamw`, one `eqx.filter_jit`, f64 |
+//! | `init_chunked_16x1024x4096_ms` | 16 blocks of two `eqx.nn.Linear` built in f16 by `eqx.filter_vmap` inside `eqx.filter_jit` |
 //!
 //! Where a count the figure depends on differs (line-search evaluations, ODE steps), the note
-//! says so. Figures without an equivalent (`train_step`, stacked init, the limits) are left
-//! without an upstream value.
+//! says so. The limits and counts themselves have no upstream value.
 //!
 //! # References
 //! - `docs/CLI.md`, `bench` (the JSON fields `upstream`, `upstream_compile_s`,
@@ -33,7 +34,7 @@ use std::time::Duration;
 
 /// The figures with an upstream equivalent, and the count each one is checked on: (figure,
 /// our count figure, the worker's count key).
-pub const UPSTREAM_FIGURES: [(&str, Option<(&str, &str)>); 5] = [
+pub const UPSTREAM_FIGURES: [(&str, Option<(&str, &str)>); 7] = [
     ("adam_fused_16m_gbps", None),
     ("radam_fused_16m_gbps", None),
     ("ns5_1024_ms", None),
@@ -45,6 +46,8 @@ pub const UPSTREAM_FIGURES: [(&str, Option<(&str, &str)>); 5] = [
         "ode_lv_tsit5_1e-8_us",
         Some(("ode_lv_tsit5_1e-8_steps", "steps")),
     ),
+    ("train_step_w64_d3_b500_ms", None),
+    ("init_chunked_16x1024x4096_ms", None),
 ];
 
 /// `seconds` of the upstream work in the unit of figure `name` (and whether the unit is a rate).

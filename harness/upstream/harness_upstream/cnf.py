@@ -44,7 +44,8 @@ def parse(args):
     return take_args(args, DEFAULTS, CAPS)
 
 
-def build(seed):
+def build(seed, width=WIDTH, depth=DEPTH, n_data=N_DATA, dt0=DT0):
+    """The model (defaults: the subjects' small one) and `n_data` standard-normal points."""
     import diffrax
     import equinox as eqx
     import jax
@@ -70,7 +71,7 @@ def build(seed):
         layers: list
 
         def __init__(self, key):
-            sizes = [(DATA_SIZE, WIDTH)] + [(WIDTH, WIDTH)] * (DEPTH - 1) + [(WIDTH, DATA_SIZE)]
+            sizes = [(DATA_SIZE, width)] + [(width, width)] * (depth - 1) + [(width, DATA_SIZE)]
             keys = jr.split(key, len(sizes))
             self.layers = [ConcatSquash(i, o, k) for (i, o), k in zip(sizes, keys)]
 
@@ -95,7 +96,7 @@ def build(seed):
             term = diffrax.ODETerm(exact_logp_field)
             y, delta = x, jnp.zeros((), x.dtype)
             for func in reversed(self.funcs):
-                sol = diffrax.diffeqsolve(term, diffrax.Tsit5(), T1, T0, -DT0, (y, delta),
+                sol = diffrax.diffeqsolve(term, diffrax.Tsit5(), T1, T0, -dt0, (y, delta),
                                           args=func,
                                           stepsize_controller=diffrax.ConstantStepSize())
                 (y,), (delta,) = sol.ys
@@ -103,7 +104,7 @@ def build(seed):
 
     mkey, dkey = jr.split(jr.PRNGKey(seed))
     model = CNF(mkey)
-    data = jr.normal(dkey, (N_DATA, DATA_SIZE))
+    data = jr.normal(dkey, (n_data, DATA_SIZE))
     return model, data
 
 

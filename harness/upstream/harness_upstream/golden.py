@@ -370,9 +370,12 @@ def run_linesearch(case):
 # ------------------------------------------------------------------------------ ode
 
 
-def run_ode(case):
+def run_ode(case, eager=False):
     """gen_ode.py::solve with traced=False: times, problem args and controller options closed
-    over (Python floats; numpy.float32 times for float32 cases), only y0 a jit input."""
+    over (Python floats; numpy.float32 times for float32 cases), only y0 a jit input. With
+    ``eager`` the same solve runs op by op under ``jax.disable_jit()`` (each operation rounded
+    on its own, no fusion): how far that lands from the jitted run measures how sensitive the
+    case is to rounding."""
     import diffrax
     import jax
     import jax.numpy as jnp
@@ -424,7 +427,11 @@ def run_ode(case):
                                    stepsize_controller=controller,
                                    saveat=diffrax.SaveAt(steps=True))
 
-    sol = jax.jit(lambda y0: diffeqsolve(*times, y0, args))(jnp.asarray(y0))
+    if eager:
+        with jax.disable_jit():
+            sol = diffeqsolve(*times, jnp.asarray(y0), args)
+    else:
+        sol = jax.jit(lambda y0: diffeqsolve(*times, y0, args))(jnp.asarray(y0))
     if not diffrax.is_successful(sol.result):
         raise RuntimeError(f"diffrax did not succeed: {sol.result}")
     counts = {k: int(sol.stats[k])
@@ -530,13 +537,16 @@ def run_cnf(case):
                           "x", "expected"], filled)
 
 
-def run_case(case: dict) -> dict:
+def run_case(case: dict, eager: bool = False) -> dict:
     kind = case["kind"]
+    if eager and kind != "ode":
+        raise BadArgs("eager is implemented for ode cases only")
     if kind in ("ode", "cnf"):
         for mod in ("diffrax", "equinox"):
             try:
                 __import__(mod)
             except ImportError as e:
                 raise SubjectUnavailable(f"golden {kind}: {mod} not installed ({e})") from None
-    return {"optimizer": run_optimizer, "linesearch": run_linesearch, "ode": run_ode,
-            "cnf": run_cnf}[kind](case)
+    if kind == "ode":
+        return run_ode(case, eager=eager)
+    return {"optimizer": run_optimizer, "linesearch": run_linesearch, "cnf": run_cnf}[kind](case)

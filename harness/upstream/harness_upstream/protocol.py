@@ -214,6 +214,9 @@ class Worker:
         case = req.get("case")
         if not isinstance(case, dict):
             raise BadRequest("golden needs an object field case")
+        eager = req.get("eager", False)
+        if not isinstance(eager, bool):
+            raise BadRequest("eager must be a boolean")
         module = load_module("golden", "golden")
         module.check_case(case)  # BadArgs before running anything
         jax = self.ensure_jax()
@@ -221,7 +224,7 @@ class Worker:
         import gc
         jax.clear_caches()
         gc.collect()
-        return {"x64": True, "case": module.run_case(case)}
+        return {"x64": True, "case": module.run_case(case, eager=eager)}
 
     def op_bench(self, req):
         module = load_module("bench", "bench")

@@ -5,7 +5,7 @@
 //! ```text
 //! scale_by_muon -> scale_by_shape -> add_decayed_weights(weight_decay) -> scale_by_learning_rate(lr)
 //! m_t = beta m + (1-beta) g ;  m_hat as Adam's first moment (nesterov: beta m_t/(1-beta^(t+1)) + (1-beta) g/(1-beta^t))
-//! u = orth(m_hat) * sqrt(max(1, cols/rows)) + weight_decay * p ;  out = -lr u
+//! u = orth(m_hat) * sqrt(max(1, cols/rows)) + weight_decay * p (skipped when 0) ;  out = -lr u
 //! ```
 //!
 //! and every other parameter through AdamW (`adam_b1, adam_b2`, Muon's `eps`, `adam_eps_root`,

@@ -10,6 +10,7 @@ use super::newton_schulz::NsPlan;
 use super::{coeffs, is_muon_leaf, CoeffPolicy, Muon, MuonState};
 use crate::backend::{device, Array, Float, Real, Ten};
 use crate::optim::adam::{composed_denominator, composed_moments, composed_momentum};
+use crate::optim::decay::decayed;
 use crate::optim::moments::safe_increment;
 use crate::optim::{MomentState, Transform};
 use crate::stage::{HasSignature, KeyHasher, LeafSig, Signature, Stage};
@@ -243,7 +244,12 @@ impl<P: CoeffPolicy> Muon<P> {
         let out: Vec<E> = x
             .iter()
             .zip(p.data())
-            .map(|(&x, &p)| scale_lr(E::from_acc(x * scale + wd * p.to_acc()), h.learning_rate))
+            .map(|(&x, &p)| {
+                scale_lr(
+                    E::from_acc(decayed(x * scale, wd, p.to_acc())),
+                    h.learning_rate,
+                )
+            })
             .collect();
         Ok(LeafOut::Muon {
             out: Array::new(shape.to_vec(), out)?,
@@ -273,7 +279,7 @@ impl<P: CoeffPolicy> Muon<P> {
             .data()
             .iter()
             .zip(p.data())
-            .map(|(&o, &p)| scale_lr(E::from_acc(o + wd * p.to_acc()), h.adam_lr()))
+            .map(|(&o, &p)| scale_lr(E::from_acc(decayed(o, wd, p.to_acc())), h.adam_lr()))
             .collect();
         Ok(LeafOut::Adam {
             out: Array::new(shape.to_vec(), out)?,

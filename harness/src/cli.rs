@@ -1358,9 +1358,9 @@ fn upstream_diff(a: DiffArgs) -> Outcome {
         report
             .per_kind
             .iter()
-            .map(|(k, n)| format!("{k} {n}"))
+            .map(|(k, n, rejected)| format!("{k} {n}, {rejected} rejected"))
             .collect::<Vec<_>>()
-            .join(", "),
+            .join("; "),
         report.mismatches.len(),
         explained,
         report.library_error_count,

@@ -621,8 +621,8 @@ pub struct Mismatch {
 pub struct DiffReport {
     /// Cases drawn and compared (not counting shrinking).
     pub cases: u32,
-    /// Cases per kind.
-    pub per_kind: Vec<(String, u32)>,
+    /// Cases per kind, and how many of them the library rejected.
+    pub per_kind: Vec<(String, u32, u32)>,
     /// The mismatches, shrunk.
     pub mismatches: Vec<Mismatch>,
     /// Cases the library rejected (`kind: type: message`), at most 20 listed.
@@ -683,6 +683,7 @@ pub fn run(
         seconds: 0.0,
     };
     for &kind in &opts.kinds {
+        let rejected_before = report.library_error_count;
         let mut seed = [0u8; 32];
         seed[..8].copy_from_slice(&opts.seed.to_le_bytes());
         seed[8] = kind as u8;
@@ -731,7 +732,10 @@ pub fn run(
                 }
             }
         }
-        report.per_kind.push((kind.name().to_string(), opts.cases));
+        let rejected = report.library_error_count - rejected_before;
+        report
+            .per_kind
+            .push((kind.name().to_string(), opts.cases, rejected));
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)

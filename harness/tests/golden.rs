@@ -135,4 +135,3 @@ fn explained_upstream_mismatches_stay_within_the_librarys_own_rounding() {
         );
     }
 }
-

@@ -294,6 +294,8 @@ enum SolverBug {
     PanicsOnNan,
     /// Never returns when a time is non-finite.
     HangsOnInfiniteTime,
+    /// Ignores the step budget: answers after as many steps as it likes.
+    OverrunsBudget,
 }
 
 impl OdeSolver for PlantedSolver {
@@ -339,6 +341,11 @@ impl OdeSolver for PlantedSolver {
             SolverBug::HangsOnInfiniteTime if !(r.t0.is_finite() && r.t1.is_finite()) => loop {
                 std::thread::sleep(Duration::from_millis(50));
             },
+            SolverBug::OverrunsBudget => {
+                let mut r = r.clone();
+                r.max_steps = 100_000;
+                reference.solve(&r)
+            }
             _ => reference.solve(r),
         }
     }
@@ -383,6 +390,12 @@ fn each_ode_law_fails_on_its_planted_bug_with_a_small_counterexample() {
             SolverBug::HangsOnInfiniteTime,
             "ode_bad_input_is_typed_error",
             "no answer within",
+        ),
+        (
+            Solver::Tsit5,
+            SolverBug::OverrunsBudget,
+            "ode_bad_input_is_typed_error",
+            "MaxSteps accepted",
         ),
     ];
     for (method, bug, law, needle) in cases {

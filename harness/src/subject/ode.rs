@@ -6,10 +6,10 @@
 //! | law | applies to | what must hold |
 //! |---|---|---|
 //! | `ode_convergence_order` | constant steps, known order `p` | halving the step divides the error against the closed form by `2^p` (band [`ORDER_BAND`]) |
-//! | `ode_tolerance_proportionality` | adaptive steps | the global error against the closed form is at most `K (rtol |y|max + atol)` per accepted step ([`PROPORTIONALITY_K`]) and shrinks when the tolerance shrinks 100-fold |
+//! | `ode_tolerance_proportionality` | adaptive steps | the global error against the closed form is at most `K (rtol |y|max + atol)` per accepted step ([`PROPORTIONALITY_K`]) and, where the looser solve's error exceeds the tighter local tolerance, shrinks when the tolerance shrinks 100-fold |
 //! | `ode_round_trip` | adaptive steps, backward integration | forward then backward returns to `y0` within the same bound |
 //! | `ode_reproducible` | every solver | the same request twice gives the same bits |
-//! | `ode_bad_input_is_typed_error` | every solver | NaN/inf `y0`, non-finite times, zero/negative tolerance or step, exhausted `max_steps`: an error, never a panic, a hang or a non-finite answer; `t0 == t1` returns `y0` or an error |
+//! | `ode_bad_input_is_typed_error` | every solver | NaN/inf `y0`, non-finite times, zero/negative tolerance or step, `max_steps` of 3: an error or an answer within 3 attempted steps; never a panic, a hang or a non-finite answer; `t0 == t1` returns `y0` or an error |
 //!
 //! # References
 //! - E. Hairer, S. P. Nørsett, G. Wanner, *Solving Ordinary Differential Equations I*, 2nd ed.,
@@ -278,7 +278,11 @@ pub fn convergence_order(
 }
 
 /// The global error of an adaptive solve is within [`PROPORTIONALITY_K`] local tolerances per
-/// accepted step, and shrinks when the tolerance shrinks 100-fold.
+/// accepted step, and, where the looser solve's error exceeds the tighter local tolerance,
+/// shrinks when the tolerance shrinks 100-fold. (Far below both tolerances the error of a
+/// high-order method depends on where the controller splits the interval, not on the
+/// tolerance: `ode_solvers`' Dop853 covers a quarter turn in 2 steps for every `rtol` from 1e-3
+/// to 1e-6 with errors from 1.7e-12 to 4.5e-11.)
 pub fn tolerance_proportionality(
     solver: &Arc<dyn OdeSolver>,
     c: &RotationCase,
@@ -310,7 +314,8 @@ pub fn tolerance_proportionality(
         }
         errors.push(e);
     }
-    if errors[1] > 1e-13 && errors[1] >= errors[0] {
+    let tight_local = SUITE_RTOLS[1] * ymax + SUITE_RTOLS[1] * 1e-2;
+    if errors[0] > tight_local && errors[1] >= errors[0] {
         return Err(format!(
             "{}: error {:e} at rtol {:e} is not below {:e} at rtol {:e}",
             solver.name(),
@@ -405,7 +410,8 @@ pub enum BadInput {
     Tolerance(f64),
     /// `t0 == t1`: not an error, but the answer must be `y0` (or an error).
     EmptyInterval,
-    /// A budget far too small for the interval: an error, not a partial answer.
+    /// A budget of 3 attempted steps: an error, or an answer that took at most 3 attempts (a
+    /// high-order method may need no more); never a partial answer past the budget.
     MaxSteps,
 }
 
@@ -472,6 +478,14 @@ pub fn bad_input_is_typed_error(
             } else {
                 Err(format!("{name}: t0 == t1 returned {:?}, not y0", s.y_final))
             }
+        }
+        // finishing within the budget is an answer, not a bad input accepted
+        Outcome::Solved(s)
+            if *b == BadInput::MaxSteps
+                && s.accepted + s.rejected <= r.max_steps
+                && s.y_final.iter().all(|v| v.is_finite()) =>
+        {
+            Ok(())
         }
         Outcome::Solved(s) => Err(format!("{name}: {b:?} accepted: {r:?} -> {s:?}")),
         Outcome::Panicked(m) => Err(format!("{name}: {b:?} panicked: {m} ({r:?})")),

@@ -1,0 +1,149 @@
+//! `ode_solvers` 0.6.2 behind [`OdeSolver`]: `Dopri5` and `Dop853` (embedded error estimates,
+//! step-size control with the crate's defaults) and `Rk4` (constant steps).
+//!
+//! The adapter maps a [`SolveRequest`] onto the crate's constructors and nothing more:
+//! - adaptive: `Dopri5::from_param` / `Dop853::from_param` with the request's `rtol`, `atol`
+//!   and `max_steps` (`n_max`), sparse output, the crate's default safety factor, step-size
+//!   bounds and stiffness test, and `h = 0` (the crate chooses the initial step) — the defaults
+//!   `Dopri5::new` uses, with the step limit and output kind set;
+//! - constant: `Rk4::new` with the request's `dt` (the crate's step count is
+//!   `ceil((x_end - x) / step_size)`).
+//!
+//! The state is a `nalgebra::DVector<f64>`; the field is evaluated through slices. Errors of the
+//! crate (`IntegrationError`) become `Err`; a panic or a hang inside the crate is left to the
+//! suite's time-limited thread to report.
+//!
+//! # References
+//! - E. Hairer, S. P. Nørsett, G. Wanner, *Solving Ordinary Differential Equations I* (DOPRI5,
+//!   DOP853: the codes `ode_solvers` ports).
+//! - `ode_solvers` 0.6.2 documentation, `Dopri5::from_param`, `Rk4::new`.
+//!
+//! ```
+//! use harness::subject::ode::OdeSolver;
+//! use peers::ode_solvers_adapter::{Method, OdeSolvers};
+//! assert_eq!(OdeSolvers(Method::Dopri5).order(), Some(5));
+//! ```
+
+use harness::reference::{Error, Result};
+use harness::subject::ode::{OdeSolver, SharedField, SolveReport, SolveRequest, Stepping};
+use ode_solvers::{DVector, Dop853, Dopri5, OutputType, Rk4, System};
+
+/// The crate version the adapter was written against (pinned in `Cargo.toml`).
+pub const VERSION: &str = "0.6.2";
+
+/// A method of the crate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Dopri5,
+    Dop853,
+    Rk4,
+}
+
+impl Method {
+    /// Every method the adapter exposes.
+    pub const ALL: [Method; 3] = [Method::Dopri5, Method::Dop853, Method::Rk4];
+}
+
+/// The field of a request as an `ode_solvers` system.
+struct Field(SharedField);
+
+impl System<f64, DVector<f64>> for Field {
+    fn system(&self, x: f64, y: &DVector<f64>, dy: &mut DVector<f64>) {
+        self.0.eval(x, y.as_slice(), dy.as_mut_slice());
+    }
+}
+
+/// One method of `ode_solvers` as a subject of the ODE suite.
+#[derive(Debug, Clone, Copy)]
+pub struct OdeSolvers(pub Method);
+
+fn peer_error(e: impl std::fmt::Display) -> Error {
+    Error::External(format!("ode_solvers: {e}"))
+}
+
+impl OdeSolver for OdeSolvers {
+    fn name(&self) -> String {
+        format!("ode_solvers {:?}", self.0)
+    }
+    fn order(&self) -> Option<u32> {
+        Some(match self.0 {
+            Method::Dopri5 => 5,
+            Method::Dop853 => 8,
+            Method::Rk4 => 4,
+        })
+    }
+    fn supports(&self, stepping: &Stepping) -> bool {
+        matches!(
+            (self.0, stepping),
+            (Method::Rk4, Stepping::Constant { .. })
+                | (Method::Dopri5 | Method::Dop853, Stepping::Adaptive { .. })
+        )
+    }
+    fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
+        let f = Field(r.field.clone());
+        let y0 = DVector::from_column_slice(&r.y0);
+        let n_max = u32::try_from(r.max_steps).unwrap_or(u32::MAX);
+        let (stats, y_out) = match (self.0, r.stepping) {
+            (Method::Rk4, Stepping::Constant { dt }) => {
+                let mut s = Rk4::new(f, r.t0, y0, r.t1, dt);
+                let stats = s.integrate().map_err(peer_error)?;
+                (stats, s.y_out().last().cloned())
+            }
+            (Method::Dopri5, Stepping::Adaptive { rtol, atol }) => {
+                let mut s = Dopri5::from_param(
+                    f,
+                    r.t0,
+                    r.t1,
+                    0.0,
+                    y0,
+                    rtol,
+                    atol,
+                    0.9,
+                    0.04,
+                    0.2,
+                    10.0,
+                    r.t1 - r.t0,
+                    0.0,
+                    n_max,
+                    1000,
+                    OutputType::Sparse,
+                );
+                let stats = s.integrate().map_err(peer_error)?;
+                (stats, s.y_out().last().cloned())
+            }
+            (Method::Dop853, Stepping::Adaptive { rtol, atol }) => {
+                let mut s = Dop853::from_param(
+                    f,
+                    r.t0,
+                    r.t1,
+                    0.0,
+                    y0,
+                    rtol,
+                    atol,
+                    0.9,
+                    0.0,
+                    0.333,
+                    6.0,
+                    r.t1 - r.t0,
+                    0.0,
+                    n_max,
+                    1000,
+                    OutputType::Sparse,
+                );
+                let stats = s.integrate().map_err(peer_error)?;
+                (stats, s.y_out().last().cloned())
+            }
+            (m, s) => {
+                return Err(Error::External(format!(
+                    "ode_solvers {m:?} does not take {s:?}"
+                )))
+            }
+        };
+        let y = y_out.ok_or_else(|| peer_error("no output point"))?;
+        Ok(SolveReport {
+            y_final: y.as_slice().to_vec(),
+            accepted: stats.accepted_steps as usize,
+            rejected: stats.rejected_steps as usize,
+        })
+    }
+}

@@ -1,0 +1,113 @@
+//! Each law that passes on every peer subject, shown failing on the same peer with a bug planted
+//! in its adapter: a law that never fails on a peer would otherwise prove nothing about it.
+
+use harness::reference::Result;
+use harness::subject::ode::{self, OdeSolver, SolveReport, SolveRequest, Stepping, SuiteOptions};
+use peers::ode_solvers_adapter::{Method, OdeSolvers};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Bug {
+    /// Ignores the tolerance asked: always `rtol 1e-2, atol 1e-4` (a hard-coded default).
+    IgnoresTolerance,
+    /// Stops backward solves 5% short of `t1`.
+    ShortBackward,
+    /// Moves the answer by one ulp on every other call.
+    Jitter,
+    /// Claims order 5 for Rk4.
+    ClaimsOrder5,
+    /// Solves past the step budget.
+    OverrunsBudget,
+}
+
+/// An `ode_solvers` method behind its adapter, with `bug` planted in the adapter.
+struct Planted {
+    inner: OdeSolvers,
+    bug: Bug,
+    calls: AtomicU64,
+}
+
+impl OdeSolver for Planted {
+    fn name(&self) -> String {
+        format!("{} with {:?}", self.inner.name(), self.bug)
+    }
+    fn order(&self) -> Option<u32> {
+        match self.bug {
+            Bug::ClaimsOrder5 => Some(5),
+            _ => self.inner.order(),
+        }
+    }
+    fn supports(&self, s: &Stepping) -> bool {
+        self.inner.supports(s)
+    }
+    fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
+        let mut r = r.clone();
+        match (self.bug, r.stepping) {
+            (Bug::IgnoresTolerance, Stepping::Adaptive { .. }) => {
+                r.stepping = Stepping::Adaptive {
+                    rtol: 1e-2,
+                    atol: 1e-4,
+                }
+            }
+            (Bug::ShortBackward, _) if r.t1 < r.t0 => r.t1 += 0.05 * (r.t0 - r.t1),
+            (Bug::OverrunsBudget, _) => r.max_steps = 100_000,
+            _ => {}
+        }
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        let mut s = self.inner.solve(&r)?;
+        if self.bug == Bug::Jitter {
+            s.y_final[0] = f64::from_bits(s.y_final[0].to_bits() + n % 2);
+        }
+        Ok(s)
+    }
+}
+
+fn failing_law(method: Method, bug: Bug) -> Vec<(String, String)> {
+    let solver = Arc::new(Planted {
+        inner: OdeSolvers(method),
+        bug,
+        calls: AtomicU64::new(0),
+    });
+    let report = ode::check(
+        solver,
+        &SuiteOptions {
+            cases: 16,
+            ..SuiteOptions::default()
+        },
+    );
+    report
+        .laws
+        .iter()
+        .filter(|l| !l.passed)
+        .map(|l| (l.name.clone(), l.counterexample.clone().unwrap_or_default()))
+        .collect()
+}
+
+#[test]
+fn each_law_passing_on_the_peers_fails_on_a_bug_planted_in_their_adapter() {
+    let cases = [
+        (
+            Method::Dopri5,
+            Bug::IgnoresTolerance,
+            "ode_tolerance_proportionality",
+        ),
+        (Method::Dop853, Bug::ShortBackward, "ode_round_trip"),
+        (Method::Dopri5, Bug::Jitter, "ode_reproducible"),
+        (Method::Rk4, Bug::ClaimsOrder5, "ode_convergence_order"),
+        (
+            Method::Dopri5,
+            Bug::OverrunsBudget,
+            "ode_bad_input_is_typed_error",
+        ),
+    ];
+    for (method, bug, law) in cases {
+        let failed = failing_law(method, bug);
+        let hit = failed.iter().find(|(name, _)| name == law);
+        assert!(
+            hit.is_some(),
+            "{method:?} with {bug:?}: {law} held; failed: {failed:?}"
+        );
+        println!("{law} on {method:?} with {bug:?}:\n{}\n", hit.unwrap().1);
+    }
+}

@@ -11,15 +11,17 @@
 //! | kind | strategy | library call |
 //! |---|---|---|
 //! | `adam`, `radam` | [`opt_case`]: hyperparameters over their legal ranges, thresholds included, gradients from zero to `1e4`, up to 8 steps | `optax.adam` / `optax.radam` |
-//! | `muon` | [`muon_case`]: 1-3 leaves of 0-D to 3-D shapes (empty ones included), the standard and Dion presets, raw `[3]` and `[k, 3]` coefficients, Nesterov on/off, weight decay | `optax.contrib.muon` |
+//! | `muon` | [`muon_case`]: 1-3 leaves of 0-D to 3-D shapes (empty ones among them, at least one not), the standard and Dion presets, raw `[3]` and `[k >= 1, 3]` coefficients, Nesterov on/off, weight decay | `optax.contrib.muon` |
 //! | `linesearch` | [`ls_case`] on the objectives golden-v1 has (Rosenbrock in 1-5 dimensions, convex and indefinite quadratics), every hyperparameter | `optax.scale_by_backtracking_linesearch` after `sgd(1)` |
 //! | `ode` | [`ode_case`]: linear (damped rotations from [`rotation_case`]), Lotka–Volterra, Van der Pol and forced decay, every tableau, constant and PID steps, forward and backward, f64 and f32 | `diffrax.diffeqsolve` |
 //!
 //! Not drawn: CNF log-densities (a case carries every weight of the model; the static golden
-//! files under `fixtures/golden/cnf` cover it), `recover_from_zero_lr` and infinite
-//! `increase_factor` (not expressible in golden-v1 / not an optax option), float16 (golden-v1 has
-//! none: such cases are sent as float32). A case the library itself rejects (an exception in
-//! optax or diffrax) is counted and listed, not a mismatch.
+//! files under `fixtures/golden/cnf` cover it), `recover_from_zero_lr` (not an optax option),
+//! an infinite `increase_factor` (the worker passes hyperparameters to optax as JSON gives
+//! them, and JSON has no infinity), float16 (golden-v1 has none: such cases are sent as
+//! float32). A case the library itself rejects (an exception in optax or diffrax) is counted
+//! and listed, not a mismatch. An ODE mismatch where diffrax cannot reproduce itself is
+//! reported as explained ([`explain_ode`]).
 
 use super::worker::{Reply, Worker};
 use crate::backend::DType;

@@ -11,6 +11,8 @@ if cargo run --release -q -p harness --example custom_optimizer -- buggy; then
     echo "custom_optimizer buggy: the planted bug was not caught" >&2
     exit 1
 fi
+# The laws on Rust crates written elsewhere: exit 0 once it ran (findings are rows, not failures).
+cargo run --release -q -p peers -- --json target/peers.json > /dev/null
 bash ci/fuzz-smoke.sh
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings

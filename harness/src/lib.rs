@@ -28,7 +28,7 @@ pub use harness_reference::{backend, cnf, ode, optim, pool, stack, stage, tree};
 
 pub mod bench;
 pub mod budget;
-/// The command line reports on the mutants, so it is built with them.
+// The command line reports on the mutants, so it is built with them.
 #[cfg(feature = "mutants")]
 pub mod cli;
 pub mod error;

@@ -195,7 +195,7 @@ enum UpstreamCmd {
         /// Cases per kind.
         #[arg(long, default_value_t = 20)]
         cases: u32,
-        /// adam, radam, muon, linesearch or ode (repeatable; default: all).
+        /// adam, radam, muon, linesearch, ode or cnf (repeatable; default: all).
         #[arg(long)]
         kind: Vec<String>,
         /// Also write the results as JSON to FILE (written atomically; never one of the inputs).

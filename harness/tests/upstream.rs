@@ -1261,6 +1261,70 @@ mod diff {
     }
 
     #[test]
+    fn cnf_inputs_cover_every_tableau_both_dtypes_and_uneven_last_steps() {
+        let inputs = drawn(DiffKind::Cnf, 200);
+        for solver in harness::ode::Solver::ALL {
+            assert!(
+                inputs.iter().any(|i| i["model"]["solver"] == solver.name()),
+                "{} never drawn",
+                solver.name()
+            );
+        }
+        for dtype in ["float32", "float64"] {
+            assert!(inputs.iter().any(|i| i["dtype"] == dtype), "{dtype}");
+        }
+        let uneven = |i: &Value| {
+            let m = &i["model"];
+            let n = (m["t1"].as_f64().unwrap() - m["t0"].as_f64().unwrap())
+                / m["dt0"].as_f64().unwrap();
+            (n - n.round()).abs() > 1e-6
+        };
+        assert!(inputs.iter().any(uneven), "the last step always fits");
+        assert!(inputs.iter().any(|i| i["model"]["blocks"] == 2));
+    }
+
+    /// A drawn CNF case completed with the reference's own log-densities (`solver` in place of
+    /// the case's own tableau) and replayed through the golden reader.
+    fn cnf_replay_with(case: &diff::CnfCase, solver: harness::ode::Solver) -> bool {
+        let mut input = diff::cnf_input(case);
+        let mut model = case.model.clone();
+        model.cfg.solver = solver;
+        let lp = harness::cnf::flow::log_likelihood(&model.params(), &model.x, None).unwrap();
+        input["tolerance"] = json!({"rtol": 1e-8, "atol": 1e-10});
+        input["expected"] = json!({"log_prob": {"shape": [lp.len()], "data": lp}});
+        let case = harness::golden::Case::parse("cnf", &input.to_string()).unwrap();
+        harness::golden::replay(&case).unwrap().passed
+    }
+
+    #[test]
+    fn cnf_inputs_carry_the_model_the_reference_evaluates_and_a_wrong_tableau_is_caught() {
+        use harness::ode::Solver;
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = diff::cnf_case();
+        let mut checked = 0;
+        while checked < 12 {
+            let case = strategy.new_tree(&mut runner).unwrap().current();
+            if case.f32 {
+                continue;
+            }
+            // the weights and points as written reproduce the model's own log-densities
+            assert!(cnf_replay_with(&case, case.solver), "{case:?}");
+            // and the replay tells a planted first-order tableau apart
+            let other = if case.solver == Solver::Euler {
+                Solver::Heun
+            } else {
+                Solver::Euler
+            };
+            assert!(
+                !cnf_replay_with(&case, other),
+                "{case:?}: {other:?} not caught"
+            );
+            checked += 1;
+        }
+    }
+
+    #[test]
     fn muon_inputs_write_the_coefficients_out() {
         let inputs = drawn(DiffKind::Muon, 200);
         let dion = json!(harness::optim::muon::coeffs::DION.to_vec());

@@ -14,9 +14,9 @@
 //! | `muon` | [`muon_case`]: 1-3 leaves of 0-D to 3-D shapes (empty ones among them, at least one not), the standard and Dion presets, raw `[3]` and `[k >= 1, 3]` coefficients, Nesterov on/off, weight decay | `optax.contrib.muon` |
 //! | `linesearch` | [`ls_case`] on the objectives golden-v1 has (Rosenbrock in 1-5 dimensions, convex and indefinite quadratics), every hyperparameter | `optax.scale_by_backtracking_linesearch` after `sgd(1)` |
 //! | `ode` | [`ode_case`]: linear (damped rotations from [`rotation_case`]), Lotka–Volterra, Van der Pol and forced decay, every tableau, constant and PID steps, forward and backward, f64 and f32 | `diffrax.diffeqsolve` |
+//! | `cnf` | [`cnf_case`]: log-densities of 1-6 points under random ConcatSquash flows (data size 1-3, width 1-8, depth 0-2, 1-2 blocks, initial weights scaled by 0.3-1.5), every tableau, constant steps not always dividing the interval, f64 and f32 | the diffrax CNF example's `log_likelihood`, `jit(vmap)` over the points |
 //!
-//! Not drawn: CNF log-densities (a case carries every weight of the model; the static golden
-//! files under `fixtures/golden/cnf` cover it), `recover_from_zero_lr` (not an optax option),
+//! Not drawn: `recover_from_zero_lr` (not an optax option),
 //! an infinite `increase_factor` (the worker passes hyperparameters to optax as JSON gives
 //! them, and JSON has no infinity), float16 (golden-v1 has none: such cases are sent as
 //! float32). A case the library itself rejects (an exception in optax or diffrax) is counted
@@ -25,12 +25,15 @@
 
 use super::worker::{Reply, Worker};
 use crate::backend::DType;
+use crate::cnf::Layout;
 use crate::error::{Error, Result};
 use crate::golden::{self, Case};
+use crate::laws::cnf::{model_case, ModelCase};
 use crate::laws::linesearch::{ls_case, LsCase, Problem};
 use crate::laws::muon::{muon_case, Coeffs, MuonCase};
 use crate::laws::ode::rotation_case;
 use crate::laws::strategies::{opt_case, OptCase};
+use crate::ode::Solver;
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -51,16 +54,19 @@ pub enum DiffKind {
     Linesearch,
     /// `diffrax.diffeqsolve` over [`ode_case`].
     Ode,
+    /// CNF log-densities through `diffrax.diffeqsolve` over [`cnf_case`].
+    Cnf,
 }
 
 impl DiffKind {
     /// Every implemented kind.
-    pub const ALL: [DiffKind; 5] = [
+    pub const ALL: [DiffKind; 6] = [
         DiffKind::Adam,
         DiffKind::Radam,
         DiffKind::Muon,
         DiffKind::Linesearch,
         DiffKind::Ode,
+        DiffKind::Cnf,
     ];
 
     /// The name used by `--kind` and in the report.
@@ -71,6 +77,7 @@ impl DiffKind {
             DiffKind::Muon => "muon",
             DiffKind::Linesearch => "linesearch",
             DiffKind::Ode => "ode",
+            DiffKind::Cnf => "cnf",
         }
     }
 
@@ -105,6 +112,7 @@ impl DiffKind {
                 .prop_map(|c| linesearch_input(&c))
                 .boxed(),
             DiffKind::Ode => ode_case().prop_map(|c| ode_input(&c)).boxed(),
+            DiffKind::Cnf => cnf_case().prop_map(|c| cnf_input(&c)).boxed(),
         }
     }
 
@@ -466,6 +474,89 @@ pub fn ode_input(case: &OdeCase) -> Value {
         "t0": t0,
         "t1": t1,
         "y0": tensor(&[case.y0.len()], case.y0.iter().map(|&x| held(dtype, x))),
+    })
+}
+
+/// One drawn CNF evaluation: a random model ([`model_case`]: sizes, weight seed and scale,
+/// points) integrated by `solver` with constant steps of `dt0` over `[t0, t0 + horizon]`.
+#[derive(Debug, Clone)]
+pub struct CnfCase {
+    pub model: ModelCase,
+    pub solver: Solver,
+    pub f32: bool,
+}
+
+/// Models of [`model_case`] with up to 6 points, every tableau, `t0` 0 or 0.25, horizons
+/// `0.25..1`, steps `0.05..0.3` (so the last step is usually shorter), one case in four f32.
+pub fn cnf_case() -> impl Strategy<Value = CnfCase> {
+    (
+        model_case(6),
+        0usize..Solver::ALL.len(),
+        prop_oneof![Just(0.0), Just(0.25)],
+        0.25f64..1.0,
+        0.05f64..0.3,
+        prop::bool::weighted(0.25),
+    )
+        .prop_map(|(mut model, solver, t0, horizon, dt0, f32)| {
+            let solver = Solver::ALL[solver];
+            model.cfg.solver = solver;
+            model.cfg.t0 = t0;
+            model.cfg.t1 = t0 + horizon;
+            model.cfg.dt0 = dt0;
+            CnfCase { model, solver, f32 }
+        })
+}
+
+/// The golden-v1 input of a CNF case: the model's weights per block and layer (`lin1`
+/// weight and bias, `lin2` weight and bias, `lin3` weight, as equinox's `Linear` holds them) and
+/// the points, as the case's dtype holds them (no `tolerance`: the worker fills in the
+/// generator's).
+pub fn cnf_input(case: &CnfCase) -> Value {
+    let dtype = if case.f32 { DType::F32 } else { DType::F64 };
+    let cfg = &case.model.cfg;
+    let layout = Layout::new(cfg);
+    let params = case.model.params();
+    let weights: Vec<Value> = params
+        .blocks
+        .iter()
+        .map(|theta| {
+            let part = |off: usize, shape: &[usize]| {
+                let n: usize = shape.iter().product();
+                tensor(shape, theta[off..off + n].iter().map(|&x| held(dtype, x)))
+            };
+            let layers: Vec<Value> = layout
+                .layers
+                .iter()
+                .map(|l| {
+                    json!({
+                        "lin1": {"weight": part(l.w1, &[l.out, l.inp]), "bias": part(l.b1, &[l.out])},
+                        "lin2": {"weight": part(l.w2, &[l.out, 1]), "bias": part(l.b2, &[l.out])},
+                        "lin3": {"weight": part(l.w3, &[l.out, 1])},
+                    })
+                })
+                .collect();
+            Value::Array(layers)
+        })
+        .collect();
+    let n = case.model.x.len() / cfg.data_size;
+    json!({
+        "format": "golden-v1",
+        "name": "",
+        "kind": "cnf",
+        "dtype": dtype.to_string(),
+        "model": {
+            "data_size": cfg.data_size,
+            "width": cfg.width,
+            "depth": cfg.depth,
+            "blocks": cfg.blocks,
+            "t0": held(dtype, cfg.t0),
+            "t1": held(dtype, cfg.t1),
+            "dt0": held(dtype, cfg.dt0),
+            "solver": case.solver.name(),
+            "trace": "exact",
+            "weights": weights,
+        },
+        "x": tensor(&[n, cfg.data_size], case.model.x.iter().map(|&x| held(dtype, x))),
     })
 }
 

@@ -166,8 +166,10 @@ def check_case(case) -> None:
         for k in ("data_size", "width", "depth", "blocks", "t0", "t1", "dt0", "weights"):
             if k not in m:
                 raise BadArgs(f"model has no {k!r}")
-        if m.get("solver", "tsit5") != "tsit5" or m.get("trace", "exact") != "exact":
-            raise BadArgs("only solver tsit5 and trace exact are supported")
+        if m.get("solver", "tsit5") not in SOLVERS:
+            raise BadArgs(f"model.solver must be one of {SOLVERS}")
+        if m.get("trace", "exact") != "exact":
+            raise BadArgs("only trace exact is supported")
         if m["width"] > MAX_CNF_WIDTH:
             raise BadArgs(f"width > {MAX_CNF_WIDTH}")
         n += _tensor_size(case["x"], "x")
@@ -224,6 +226,15 @@ def decode_tensor(t: dict, dtype):
 
 def decode_tree(tree: dict, dtype) -> dict:
     return {n: decode_tensor(tree[n], dtype) for n in sorted(tree)}
+
+
+def diffrax_solver(name: str):
+    """The diffrax solver called ``name`` (one of SOLVERS), constructed."""
+    import diffrax
+
+    return {"euler": diffrax.Euler, "heun": diffrax.Heun, "midpoint": diffrax.Midpoint,
+            "ralston": diffrax.Ralston, "bosh3": diffrax.Bosh3, "tsit5": diffrax.Tsit5,
+            "dopri5": diffrax.Dopri5}[name]()
 
 
 def versions() -> dict:
@@ -382,9 +393,6 @@ def run_ode(case, eager=False):
     import numpy as np
 
     dtype = np.dtype(case["dtype"])
-    solvers = {"euler": diffrax.Euler, "heun": diffrax.Heun, "midpoint": diffrax.Midpoint,
-               "ralston": diffrax.Ralston, "bosh3": diffrax.Bosh3, "tsit5": diffrax.Tsit5,
-               "dopri5": diffrax.Dopri5}
 
     def f_linear(t, y, args):
         return args["A"] @ y
@@ -419,7 +427,7 @@ def run_ode(case, eager=False):
             **{k: (None if v is None else float(v)) for k, v in c.items()
                if k not in ("type", "dt0")})
     term = diffrax.ODETerm(fields[prob["name"]])
-    solver = solvers[case["solver"]]()
+    solver = diffrax_solver(case["solver"])
     y0 = decode_tensor(case["y0"], dtype)
 
     def diffeqsolve(t0, t1, dt0, y0, args):
@@ -513,11 +521,14 @@ def run_cnf(case):
     else:
         t0, t1, dt0 = float(m["t0"]), float(m["t1"]), float(m["dt0"])
 
+    solver_name = m.get("solver", "tsit5")
+    solver = diffrax_solver(solver_name)
+
     def log_likelihood(x):
         term = diffrax.ODETerm(augmented_field)
         y, delta = x, jnp.zeros((), x.dtype)
         for layers in reversed(blocks):
-            sol = diffrax.diffeqsolve(term, diffrax.Tsit5(), t1, t0, -dt0, (y, delta),
+            sol = diffrax.diffeqsolve(term, solver, t1, t0, -dt0, (y, delta),
                                       args=layers, stepsize_controller=diffrax.ConstantStepSize())
             (y,), (delta,) = sol.ys
         return delta - 0.5 * (y.size * math.log(2 * math.pi) + jnp.sum(y ** 2))
@@ -529,7 +540,8 @@ def run_cnf(case):
     call = (case.get("source") or {}).get("call")
     if not isinstance(call, str):
         tt = (lambda v: f"float32({v!r})") if case["dtype"] == "float32" else repr
-        call = f"{CNF_CALL}; t0={tt(m['t0'])}, t1={tt(m['t1'])}, dt0={tt(m['dt0'])}"
+        call = (f"{CNF_CALL.replace('Tsit5()', type(solver).__name__ + '()')}; t0={tt(m['t0'])}, "
+                f"t1={tt(m['t1'])}, dt0={tt(m['dt0'])}")
     filled = {"source": {**versions(), "call": call},
               "tolerance": tolerance(case, case["dtype"]),
               "expected": {"log_prob": encode_tensor(out)}}

@@ -266,7 +266,7 @@ fn ode_suite_passes_on_every_reference_method() {
         let adaptive = s.tableau().b_err().is_some();
         assert_eq!(
             r.laws.len(),
-            if adaptive { 5 } else { 3 },
+            if adaptive { 6 } else { 3 },
             "{}",
             r.summary()
         );
@@ -296,6 +296,8 @@ enum SolverBug {
     HangsOnInfiniteTime,
     /// Ignores the step budget: answers after as many steps as it likes.
     OverrunsBudget,
+    /// Takes one step more than its budget (a `>` where `>=` belongs).
+    OneStepOverBudget,
 }
 
 impl OdeSolver for PlantedSolver {
@@ -344,6 +346,11 @@ impl OdeSolver for PlantedSolver {
             SolverBug::OverrunsBudget => {
                 let mut r = r.clone();
                 r.max_steps = 100_000;
+                reference.solve(&r)
+            }
+            SolverBug::OneStepOverBudget => {
+                let mut r = r.clone();
+                r.max_steps += 1;
                 reference.solve(&r)
             }
             _ => reference.solve(r),
@@ -396,6 +403,12 @@ fn each_ode_law_fails_on_its_planted_bug_with_a_small_counterexample() {
             SolverBug::OverrunsBudget,
             "ode_bad_input_is_typed_error",
             "MaxSteps accepted",
+        ),
+        (
+            Solver::Dopri5,
+            SolverBug::OneStepOverBudget,
+            "ode_step_budget_honoured",
+            "with a budget of",
         ),
     ];
     for (method, bug, law, needle) in cases {

@@ -19,6 +19,7 @@
 //! println!("{}", peers::markdown_table(&rows));
 //! ```
 
+pub mod fuzz;
 pub mod ode_solvers_adapter;
 
 use harness::subject::ode::{self, OdeSolver, SuiteOptions};

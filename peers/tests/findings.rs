@@ -1,8 +1,8 @@
-//! Reproductions of the findings in `docs/findings/ode_solvers-rk4-bad-input.md`: each test
-//! passes while `ode_solvers` 0.6.2 behaves as observed; a fixed release makes it fail, which is
-//! the signal to update the conformance table and the write-up.
+//! Reproductions of the findings in `docs/findings/ode_solvers-*.md`: each test passes while
+//! `ode_solvers` 0.6.2 behaves as observed; a fixed release makes it fail, which is the signal to
+//! update the conformance table and the write-up.
 
-use ode_solvers::{DVector, Rk4, System};
+use ode_solvers::{DVector, Dop853, Dopri5, OutputType, Rk4, System};
 
 struct Decay;
 
@@ -44,4 +44,77 @@ fn finding_rk4_new_panics_on_a_non_finite_end_or_a_step_that_does_not_advance() 
     }
     // the well-posed call is fine
     assert!(rk4([1.0, 0.5], 1.0, 0.01).is_ok());
+}
+
+/// `y' = -y`, `y(0) = [1, 0.5]` over `[0, 1]` at `rtol = 1e-6`, `atol = 1e-8` with a step limit
+/// of `n_max`, with the crate's default controller settings: `(accepted + rejected, error)`.
+fn dopri5(n_max: u32) -> (u32, Option<String>) {
+    let y0 = DVector::from_column_slice(&[1.0, 0.5]);
+    let mut s = Dopri5::from_param(
+        Decay,
+        0.0,
+        1.0,
+        0.0,
+        y0,
+        1e-6,
+        1e-8,
+        0.9,
+        0.04,
+        0.2,
+        10.0,
+        1.0,
+        0.0,
+        n_max,
+        1000,
+        OutputType::Sparse,
+    );
+    match s.integrate() {
+        Ok(st) => (st.accepted_steps + st.rejected_steps, None),
+        Err(e) => (0, Some(format!("{e:?}"))),
+    }
+}
+
+fn dop853(n_max: u32) -> (u32, Option<String>) {
+    let y0 = DVector::from_column_slice(&[1.0, 0.5]);
+    let mut s = Dop853::from_param(
+        Decay,
+        0.0,
+        1.0,
+        0.0,
+        y0,
+        1e-6,
+        1e-8,
+        0.9,
+        0.0,
+        0.333,
+        6.0,
+        1.0,
+        0.0,
+        n_max,
+        1000,
+        OutputType::Sparse,
+    );
+    match s.integrate() {
+        Ok(st) => (st.accepted_steps + st.rejected_steps, None),
+        Err(e) => (0, Some(format!("{e:?}"))),
+    }
+}
+
+#[test]
+fn finding_dopri5_takes_one_step_more_than_n_max_where_dop853_stops() {
+    // with the default limit, each method's own step count
+    let (n5, e5) = dopri5(100_000);
+    let (n8, e8) = dop853(100_000);
+    assert!(
+        e5.is_none() && e8.is_none() && n5 >= 2 && n8 >= 2,
+        "{n5} {n8}"
+    );
+    // Dopri5 checks `n_step > n_max` before each step: n_max + 1 steps are allowed
+    assert_eq!(dopri5(n5 - 1), (n5, None), "Dopri5 with n_max = {}", n5 - 1);
+    let (_, refused) = dopri5(n5 - 2);
+    assert!(refused.unwrap().contains("MaxNumStepReached"));
+    // Dop853 checks `n_step >= n_max`: the limit is exact
+    let (_, refused) = dop853(n8 - 1);
+    assert!(refused.unwrap().contains("MaxNumStepReached"));
+    assert_eq!(dop853(n8), (n8, None));
 }

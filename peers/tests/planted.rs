@@ -19,6 +19,8 @@ enum Bug {
     ClaimsOrder5,
     /// Solves past the step budget.
     OverrunsBudget,
+    /// Passes the crate a step limit one above the budget.
+    OneStepOverBudget,
 }
 
 /// An `ode_solvers` method behind its adapter, with `bug` planted in the adapter.
@@ -52,6 +54,7 @@ impl OdeSolver for Planted {
             }
             (Bug::ShortBackward, _) if r.t1 < r.t0 => r.t1 += 0.05 * (r.t0 - r.t1),
             (Bug::OverrunsBudget, _) => r.max_steps = 100_000,
+            (Bug::OneStepOverBudget, _) => r.max_steps += 1,
             _ => {}
         }
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
@@ -99,6 +102,11 @@ fn each_law_passing_on_the_peers_fails_on_a_bug_planted_in_their_adapter() {
             Method::Dopri5,
             Bug::OverrunsBudget,
             "ode_bad_input_is_typed_error",
+        ),
+        (
+            Method::Dop853,
+            Bug::OneStepOverBudget,
+            "ode_step_budget_honoured",
         ),
     ];
     for (method, bug, law) in cases {

@@ -89,6 +89,41 @@ pub struct OdeInput {
     pub max_steps: u16,
 }
 
+/// `y_i' = sum_j A_ij y_j + c_i y_i^2` with `A` row-major `n x n`: the field of the ODE fuzz
+/// inputs (linear growth, decay and rotation, plus a quadratic term that can blow up in finite
+/// time).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuadraticSystem {
+    pub a: Vec<f64>,
+    pub c: Vec<f64>,
+}
+
+impl crate::ode::VectorField<f64> for QuadraticSystem {
+    fn eval(&self, _t: f64, y: &[f64], dy: &mut [f64]) {
+        let n = y.len();
+        for i in 0..n {
+            dy[i] = (0..n).map(|j| self.a[i * n + j] * y[j]).sum::<f64>() + self.c[i] * y[i] * y[i];
+        }
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(self.c.len())
+    }
+}
+
+impl OdeInput {
+    /// The system and start this input stands for: dimension `n % 4`, the entries of `A`, `c`
+    /// and `y0` reused cyclically (zeros when a list is empty).
+    pub fn system(&self) -> (QuadraticSystem, Vec<f64>) {
+        let n = (self.n % 4) as usize;
+        let pick = |v: &[f64], i: usize| if v.is_empty() { 0.0 } else { v[i % v.len()] };
+        let system = QuadraticSystem {
+            a: (0..n * n).map(|i| pick(&self.a, i)).collect(),
+            c: (0..n).map(|i| pick(&self.c, i)).collect(),
+        };
+        (system, (0..n).map(|i| pick(&self.y0, i)).collect())
+    }
+}
+
 /// The `ode` target: no panic; invalid settings are typed errors; a successful solve has
 /// consistent statistics within `max_steps`, ends at `t1`, and saved times never go backwards
 /// (zero-length steps are possible, as in diffrax, when a degenerate `safety`/`factormin` shrinks
@@ -98,17 +133,7 @@ pub fn ode(data: &[u8]) -> Result<(), String> {
     let Ok(x) = OdeInput::arbitrary_take_rest(Unstructured::new(data)) else {
         return Ok(());
     };
-    let n = (x.n % 4) as usize;
-    let pick = |v: &[f64], i: usize| if v.is_empty() { 0.0 } else { v[i % v.len()] };
-    let a: Vec<f64> = (0..n * n).map(|i| pick(&x.a, i)).collect();
-    let c: Vec<f64> = (0..n).map(|i| pick(&x.c, i)).collect();
-    let y0: Vec<f64> = (0..n).map(|i| pick(&x.y0, i)).collect();
-    let field = move |_t: f64, y: &[f64], dy: &mut [f64]| {
-        for i in 0..y.len() {
-            dy[i] =
-                (0..y.len()).map(|j| a[i * y.len() + j] * y[j]).sum::<f64>() + c[i] * y[i] * y[i];
-        }
-    };
+    let (field, y0) = x.system();
     let solver = Solver::ALL[(x.solver % 7) as usize];
     let ctl = if x.constant || solver == Solver::Euler {
         Controller::constant(x.dt0.unwrap_or(0.1))

@@ -9,6 +9,7 @@
 //! | `ode_tolerance_proportionality` | adaptive steps | the global error against the closed form is at most `K (rtol |y|max + atol)` per accepted step ([`PROPORTIONALITY_K`]) and, where the looser solve's error exceeds the tighter local tolerance, shrinks when the tolerance shrinks 100-fold |
 //! | `ode_round_trip` | adaptive steps, backward integration | forward then backward returns to `y0` within the same bound |
 //! | `ode_reproducible` | every solver | the same request twice gives the same bits |
+//! | `ode_step_budget_honoured` | adaptive steps | a solve that takes `n` attempted steps under an ample budget is refused under a budget of `n - 1`, and gives the same bits under a budget of `n` |
 //! | `ode_bad_input_is_typed_error` | every solver | NaN/inf `y0`, non-finite times, zero/negative tolerance or step, `max_steps` of 3: an error or an answer within 3 attempted steps; never a panic, a hang or a non-finite answer; `t0 == t1` returns `y0` or an error |
 //!
 //! # References
@@ -400,6 +401,59 @@ pub fn reproducible(
     Ok(())
 }
 
+/// The step budget is a limit: a solve that takes `n` attempted steps (accepted and rejected)
+/// with an ample budget must be refused with `n - 1`, and answered alike with exactly `n`.
+pub fn step_budget_honoured(
+    solver: &Arc<dyn OdeSolver>,
+    c: &RotationCase,
+    limit: Duration,
+) -> std::result::Result<(), String> {
+    let (field, _) = rotation(c).map_err(|e| e.to_string())?;
+    let mut r = SolveRequest {
+        field,
+        t0: 0.0,
+        t1: c.t1,
+        y0: c.y0.to_vec(),
+        stepping: Stepping::Adaptive {
+            rtol: 1e-6,
+            atol: 1e-8,
+        },
+        max_steps: 100_000,
+    };
+    let ample = solved(solver, &r, limit)?;
+    let n = ample.accepted + ample.rejected;
+    if n < 2 {
+        return Ok(()); // a budget of 0 says nothing about the limit
+    }
+    r.max_steps = n;
+    let exact = solved(solver, &r, limit)?;
+    let same = exact.y_final.len() == ample.y_final.len()
+        && exact
+            .y_final
+            .iter()
+            .zip(&ample.y_final)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+    if !same {
+        return Err(format!(
+            "{}: a budget of exactly the {n} steps it takes changed the answer: {exact:?}, \
+             ample budget {ample:?} ({r:?})",
+            solver.name()
+        ));
+    }
+    r.max_steps = n - 1;
+    match solve_within(solver, &r, limit) {
+        Outcome::Refused(_) => Ok(()),
+        other => Err(format!(
+            "{}: takes {n} attempted steps ({} accepted, {} rejected) with an ample budget, \
+             and with a budget of {}: {other:?} ({r:?})",
+            solver.name(),
+            ample.accepted,
+            ample.rejected,
+            n - 1
+        )),
+    }
+}
+
 /// One way of making a request invalid.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BadInput {
@@ -524,6 +578,9 @@ pub fn check(solver: Arc<dyn OdeSolver>, opts: &SuiteOptions) -> SuiteReport {
         laws.push(on_rotations("ode_tolerance_proportionality", &|c| {
             tolerance_proportionality(&solver, c, limit)
         }));
+        laws.push(on_rotations("ode_step_budget_honoured", &|c| {
+            step_budget_honoured(&solver, c, limit)
+        }));
         if solver.backward() {
             laws.push(on_rotations("ode_round_trip", &|c| {
                 round_trip(&solver, c, limit)
@@ -533,6 +590,10 @@ pub fn check(solver: Arc<dyn OdeSolver>, opts: &SuiteOptions) -> SuiteReport {
         }
     } else {
         na("ode_tolerance_proportionality", "no adaptive stepping");
+        na(
+            "ode_step_budget_honoured",
+            "no adaptive stepping (a constant-step solve's step count is fixed by its interval)",
+        );
         na("ode_round_trip", "no adaptive stepping");
     }
     laws.push(on_rotations("ode_reproducible", &|c| {

@@ -1,0 +1,122 @@
+//! Fuzz bodies over the peer adapters, shared by the cargo-fuzz targets (`fuzz/fuzz_targets/
+//! peer_*.rs`) and the corpus and regression replay of `cargo test -p peers`.
+//!
+//! `peer_ode` decodes the same raw input as the reference's `ode` target
+//! ([`harness::laws::fuzz::OdeInput`]: a small system `y_i' = sum_j A_ij y_j + c_i y_i^2`, any
+//! interval, tolerances, first step and step budget, unvalidated) into one [`SolveRequest`] and
+//! gives it to every peer method that takes its kind of stepping. What must hold:
+//!
+//! - no panic, no hang (the campaign runs with libFuzzer's `-timeout`), no memory exhaustion;
+//! - an `Ok` answer is finite and has as many components as the start;
+//! - an adaptive solve stays within its step budget (`accepted + rejected <= max_steps`).
+//!
+//! Inputs inside a published finding are not re-reported (the findings' reproduction tests hold
+//! them): `Rk4` with a step that does not advance toward the end or a non-finite start, end or
+//! step, and `Rk4`'s non-finite answers (`docs/findings/ode_solvers-rk4-bad-input.md`), and `Dopri5` taking one step past its
+//! budget (`docs/findings/ode_solvers-dopri5-step-limit-off-by-one.md`). Constant-step requests of more than
+//! [`MAX_CONSTANT_STEPS`] steps are not sent: `Rk4` has no step limit and keeps every step's state,
+//! so such a request is a request for that much memory, not a defect.
+//!
+//! # References
+//! - `harness::laws::fuzz` (the reference's targets and their input types).
+//! - `fuzz/README.md` (how to run a campaign; where minimised crashes are committed).
+//!
+//! ```
+//! // Any bytes: either a clean run or a named violation, never a panic.
+//! assert!(peers::fuzz::ode(&[0u8; 64]).is_ok());
+//! ```
+
+use crate::ode_solvers_adapter::{Method, OdeSolvers};
+use arbitrary::{Arbitrary, Unstructured};
+use harness::laws::fuzz::OdeInput;
+use harness::subject::ode::{OdeSolver, SolveRequest, Stepping};
+use std::sync::Arc;
+
+/// Most constant steps a fuzzed request may ask a peer for.
+pub const MAX_CONSTANT_STEPS: f64 = 100_000.0;
+
+/// The request an [`OdeInput`] stands for ([`OdeInput::system`]; the step budget `1 + max_steps % 512`; constant steps of `dt0` (default 0.1) when `constant`,
+/// else adaptive with the raw `rtol`/`atol`).
+pub fn ode_request(x: &OdeInput) -> SolveRequest {
+    let (field, y0) = x.system();
+    SolveRequest {
+        field: Arc::new(field),
+        t0: x.t0,
+        t1: x.t1,
+        y0,
+        stepping: if x.constant {
+            Stepping::Constant {
+                dt: x.dt0.unwrap_or(0.1),
+            }
+        } else {
+            Stepping::Adaptive {
+                rtol: x.rtol,
+                atol: x.atol,
+            }
+        },
+        max_steps: 1 + (x.max_steps % 512) as usize,
+    }
+}
+
+/// Whether `r` to `method` is inside a published finding (module docs), so not re-reported.
+pub fn known_finding(method: Method, r: &SolveRequest) -> bool {
+    match (method, r.stepping) {
+        (Method::Rk4, Stepping::Constant { dt }) => {
+            let steps = (r.t1 - r.t0) / dt;
+            // the constructor's `ceil(steps).to_usize().unwrap()` panics (item 1); a NaN or
+            // infinite start is integrated into a non-finite answer reported as success (item 2)
+            !(steps.is_finite() && steps >= 0.0) || r.y0.iter().any(|v| !v.is_finite())
+        }
+        _ => false,
+    }
+}
+
+/// The `peer_ode` target (module docs): `Err` names the method, the request and what broke.
+pub fn ode(data: &[u8]) -> Result<(), String> {
+    let Ok(x) = OdeInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return Ok(());
+    };
+    let r = ode_request(&x);
+    if let Stepping::Constant { dt } = r.stepping {
+        if ((r.t1 - r.t0) / dt).abs() > MAX_CONSTANT_STEPS {
+            return Ok(());
+        }
+    }
+    for method in Method::ALL {
+        let solver = OdeSolvers(method);
+        if !solver.supports(&r.stepping) || known_finding(method, &r) {
+            continue;
+        }
+        let Ok(report) = solver.solve(&r) else {
+            continue; // a typed error: fine
+        };
+        let broke = |what: String| format!("{}: {what} on {r:?}", solver.name());
+        if report.y_final.len() != r.y0.len() {
+            return Err(broke(format!(
+                "answer of {} components for a start of {}",
+                report.y_final.len(),
+                r.y0.len()
+            )));
+        }
+        // Rk4 never checks its state: a start that overflows is integrated into a non-finite
+        // answer reported as success (docs/findings/ode_solvers-rk4-bad-input.md, item 2)
+        if method != Method::Rk4 && report.y_final.iter().any(|v| !v.is_finite()) {
+            return Err(broke(format!(
+                "non-finite answer {:?} reported as success",
+                report.y_final
+            )));
+        }
+        // Dopri5 takes one step past its limit
+        // (docs/findings/ode_solvers-dopri5-step-limit-off-by-one.md)
+        let allowed = r.max_steps + usize::from(method == Method::Dopri5);
+        if matches!(r.stepping, Stepping::Adaptive { .. })
+            && report.accepted + report.rejected > allowed
+        {
+            return Err(broke(format!(
+                "{} accepted + {} rejected steps over a budget of {}",
+                report.accepted, report.rejected, r.max_steps
+            )));
+        }
+    }
+    Ok(())
+}

@@ -9,7 +9,7 @@
 //! | `layerwise-list` | `N*P*s + P*4 + meta` (the list so far, one f32 layer and its cast) |
 //! | `list-then-stack` | `N*P*s + max(N*P*s, P*4) + meta` (the list, and the stack it is copied into) |
 //! | `preallocated` | `N*P*s + P*4 + meta` (the stack, and one f32 layer) |
-//! | `chunked-direct` | `N*P*s + 4*min(16384, D*H) + meta` (the stack, and a <= 64 KiB f32 scratch) |
+//! | `chunked-direct` | `N*P*s + 4*min(16384, D*H) + meta` (the stack, and <= 64 KiB of working memory: tiles live on the stack; the term covers the thread pool's bookkeeping when layers of >= 16384 elements are filled in parallel) |
 //!
 //! `meta = 1024 + 512*N` bytes covers the headers: the shape vectors of the arrays (at most three
 //! `usize` each) and the layer list's own buffer (`N` layers of four array headers). The final

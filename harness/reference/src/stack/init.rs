@@ -41,7 +41,8 @@ use crate::backend::{Array, DType, Float};
 use crate::error::ensure;
 use crate::Result;
 
-/// Elements of the f32 scratch of `chunked-direct` (16,384 x 4 bytes = 64 KiB).
+/// Elements of one chunk of `chunked-direct`'s work (16,384: the unit of parallel work, and
+/// the size of the working-memory term of its bound, 16,384 x 4 bytes = 64 KiB).
 pub const CHUNK_ELEMS: usize = 16 * 1024;
 
 /// Called by the strategies at their allocation/release points (`at` says which).
@@ -292,10 +293,45 @@ fn preallocated<E: Float>(
     Stacked::new(*cfg, [a?, b?, c?, d?])
 }
 
-/// Elements of `chunked-direct`'s scratch for `cfg`: `min(CHUNK_ELEMS, D*H)` (the largest
-/// tensor of a layer has `D*H` elements, so a larger scratch would never be filled).
+/// Elements of `chunked-direct`'s working-memory term for `cfg`: `min(CHUNK_ELEMS, D*H)` (the
+/// largest tensor of a layer has `D*H` elements).
 pub fn chunk_elems(cfg: &StackConfig) -> usize {
     CHUNK_ELEMS.min(cfg.width() * cfg.hidden())
+}
+
+/// Elements generated and converted at a time inside a chunk: an f32 tile and a tile of the
+/// output type, on the thread's stack (at most 2048 x (4 + 8) = 24 KiB).
+const TILE: usize = 2048;
+
+/// Fill `part`, the elements `first ..` of the stacked tensor `t` (layer `g / len`, index
+/// `g % len` for element `g`), with their canonical values cast to `E`, tile by tile.
+fn fill_stacked<E: Float>(
+    cfg: &StackConfig,
+    seed: u64,
+    t: TensorId,
+    first: usize,
+    part: &mut [std::mem::MaybeUninit<E>],
+) {
+    let (len, lim) = (cfg.layer_len(t), limit(cfg.fan_in(t)));
+    let mut f = [0f32; TILE];
+    let mut e = [E::default(); TILE];
+    let mut g = first;
+    for tile in part.chunks_mut(TILE) {
+        let mut done = 0;
+        while done < tile.len() {
+            // a run within one layer's stream
+            let (l, i) = (g / len, g % len);
+            let k = (tile.len() - done).min(len - i);
+            let key = stream_key(seed, l as u64, t as u64);
+            fill_f32(key, lim, i as u64, &mut f[..k]);
+            E::cast_f32_slice(&f[..k], &mut e[..k]);
+            for (o, &x) in tile[done..done + k].iter_mut().zip(&e[..k]) {
+                o.write(x);
+            }
+            done += k;
+            g += k;
+        }
+    }
 }
 
 fn chunked_direct<E: Float>(
@@ -303,30 +339,32 @@ fn chunked_direct<E: Float>(
     seed: u64,
     obs: &mut dyn Observer,
 ) -> Result<Stacked<E>> {
+    use rayon::prelude::*;
     let mut out: [Vec<E>; 4] =
         TensorId::ALL.map(|t| Vec::with_capacity(cfg.layers() * cfg.layer_len(t)));
     obs.sample("chunked: stack allocated");
-    let mut scratch = vec![0f32; chunk_elems(cfg)];
-    obs.sample("chunked: scratch allocated");
+    // Every element is a pure function of its position, so the chunks can be filled in any
+    // order on any number of threads with the same bits. Threads only for layers of at least
+    // CHUNK_ELEMS elements, where the bound's working-memory term (64 KiB) covers the thread
+    // pool's own bookkeeping.
+    let parallel = chunk_elems(cfg) == CHUNK_ELEMS;
     for t in TensorId::ALL {
-        let (len, lim) = (cfg.layer_len(t), limit(cfg.fan_in(t)));
+        let total = cfg.layers() * cfg.layer_len(t);
         let v = &mut out[t as usize];
-        for l in 0..cfg.layers() {
-            let key = stream_key(seed, l as u64, t as u64);
-            let mut start = 0;
-            while start < len {
-                let k = scratch.len().min(len - start);
-                fill_f32(key, lim, start as u64, &mut scratch[..k]);
-                let at = v.len();
-                v.resize(at + k, E::default()); // within capacity: no allocation
-                E::cast_f32_slice(&scratch[..k], &mut v[at..]);
-                start += k;
-                obs.sample("chunk");
-            }
+        let spare = &mut v.spare_capacity_mut()[..total];
+        let fill = |(c, part): (usize, &mut [std::mem::MaybeUninit<E>])| {
+            fill_stacked(cfg, seed, t, c * CHUNK_ELEMS, part)
+        };
+        if parallel && total > CHUNK_ELEMS {
+            spare.par_chunks_mut(CHUNK_ELEMS).enumerate().for_each(fill);
+        } else {
+            spare.chunks_mut(CHUNK_ELEMS).enumerate().for_each(fill);
         }
+        // SAFETY: the chunks cover `spare[..total]` and `fill_stacked` wrote every element of
+        // each, so the first `total` elements (within the capacity) are initialised.
+        unsafe { v.set_len(total) };
+        obs.sample("chunked: tensor filled");
     }
-    drop(scratch);
-    obs.sample("chunked: scratch freed");
     let [a, b, c, d] = TensorId::ALL
         .map(|t| Array::new(cfg.stacked_shape(t), std::mem::take(&mut out[t as usize])));
     Stacked::new(*cfg, [a?, b?, c?, d?])
@@ -348,6 +386,24 @@ mod tests {
     fn wrong_element_type_is_a_typed_error() {
         let cfg = StackConfig::new(1, 2, 3, DType::F16).unwrap();
         assert!(build::<f32>(&cfg, 0, Strategy::ChunkedDirect, &mut ()).is_err());
+    }
+
+    #[test]
+    fn chunked_direct_gives_the_same_bits_on_one_thread_and_on_several() {
+        // D*H = 20,000 >= CHUNK_ELEMS: the parallel path, chunks crossing layer boundaries
+        let cfg = StackConfig::new(3, 100, 200, DType::F16).unwrap();
+        let on = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| build::<half::f16>(&cfg, 5, Strategy::ChunkedDirect, &mut ()).unwrap())
+        };
+        let one = on(1);
+        assert_eq!(one, on(2));
+        assert_eq!(one, on(3));
+        let reference = build::<half::f16>(&cfg, 5, Strategy::VmapF32ThenCast, &mut ()).unwrap();
+        assert_eq!(one, reference);
     }
 
     #[test]

@@ -140,9 +140,16 @@ impl StackConfig {
             TensorId::B2 => vec![d],
         }
     }
-    /// Elements of one layer's tensor.
+    /// Elements of one layer's tensor (the product of [`Self::layer_shape`], computed without
+    /// building the shape: a length query never allocates, so measured peaks do not depend on
+    /// whether the compiler removes a temporary vector).
     pub fn layer_len(&self, t: TensorId) -> usize {
-        self.layer_shape(t).iter().product()
+        let (d, h) = (self.width, self.hidden);
+        match t {
+            TensorId::W1 | TensorId::W2 => h * d,
+            TensorId::B1 => h,
+            TensorId::B2 => d,
+        }
     }
     /// Stacked shape `[N, ...]` of a tensor.
     pub fn stacked_shape(&self, t: TensorId) -> Vec<usize> {
@@ -162,6 +169,17 @@ impl StackConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layer_len_is_the_product_of_the_layer_shape() {
+        let cfg = StackConfig::new(3, 5, 7, DType::F32).unwrap();
+        for t in TensorId::ALL {
+            assert_eq!(
+                cfg.layer_len(t),
+                cfg.layer_shape(t).iter().product::<usize>()
+            );
+        }
+    }
 
     #[test]
     fn zero_sizes_name_the_field() {

@@ -36,7 +36,7 @@
 
 use super::config::{StackConfig, TensorId};
 use super::model::{Layer, LayerList, Stacked};
-use super::rng::{fill_f32, limit, stream_key};
+use super::rng::{fill_f32, fill_f32_vectorised, limit, stream_key};
 use crate::backend::{Array, DType, Float};
 use crate::error::ensure;
 use crate::Result;
@@ -323,7 +323,7 @@ fn fill_stacked<E: Float>(
             let (l, i) = (g / len, g % len);
             let k = (tile.len() - done).min(len - i);
             let key = stream_key(seed, l as u64, t as u64);
-            fill_f32(key, lim, i as u64, &mut f[..k]);
+            fill_f32_vectorised(key, lim, i as u64, &mut f[..k]);
             E::cast_f32_slice(&f[..k], &mut e[..k]);
             for (o, &x) in tile[done..done + k].iter_mut().zip(&e[..k]) {
                 o.write(x);

@@ -82,6 +82,11 @@ pub trait Float:
             *d = Self::of_f32(s);
         }
     }
+    /// `n` zeros, from memory the allocator hands out zeroed (fresh pages arrive zeroed, so no
+    /// pass writes them; f32 and f64 get this from `vec!`, f16 through its bit pattern).
+    fn zeroed_vec(n: usize) -> Vec<Self> {
+        vec![Self::default(); n]
+    }
     /// Raw bits, widened, for bitwise comparisons.
     fn bits(self) -> u64;
     fn is_nan(self) -> bool {
@@ -123,6 +128,11 @@ impl Float for half::f16 {
     fn cast_f32_slice(src: &[f32], dst: &mut [Self]) {
         use half::slice::HalfFloatSliceExt;
         dst.convert_from_f32_slice(src);
+    }
+    fn zeroed_vec(n: usize) -> Vec<Self> {
+        use half::vec::HalfBitsVecExt;
+        // `vec![0u16; n]` is a zeroed allocation; +0.0 in f16 is the all-zero pattern
+        vec![0u16; n].reinterpret_into()
     }
     fn bits(self) -> u64 {
         self.to_bits() as u64

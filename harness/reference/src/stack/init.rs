@@ -299,22 +299,15 @@ pub fn chunk_elems(cfg: &StackConfig) -> usize {
     CHUNK_ELEMS.min(cfg.width() * cfg.hidden())
 }
 
-/// Elements generated and converted at a time inside a chunk: an f32 tile and a tile of the
-/// output type, on the thread's stack (at most 2048 x (4 + 8) = 24 KiB).
+/// Elements generated at a time inside a chunk: an f32 tile on the thread's stack (8 KiB),
+/// converted straight into the output.
 const TILE: usize = 2048;
 
 /// Fill `part`, the elements `first ..` of the stacked tensor `t` (layer `g / len`, index
 /// `g % len` for element `g`), with their canonical values cast to `E`, tile by tile.
-fn fill_stacked<E: Float>(
-    cfg: &StackConfig,
-    seed: u64,
-    t: TensorId,
-    first: usize,
-    part: &mut [std::mem::MaybeUninit<E>],
-) {
+fn fill_stacked<E: Float>(cfg: &StackConfig, seed: u64, t: TensorId, first: usize, part: &mut [E]) {
     let (len, lim) = (cfg.layer_len(t), limit(cfg.fan_in(t)));
     let mut f = [0f32; TILE];
-    let mut e = [E::default(); TILE];
     let mut g = first;
     for tile in part.chunks_mut(TILE) {
         let mut done = 0;
@@ -324,10 +317,7 @@ fn fill_stacked<E: Float>(
             let k = (tile.len() - done).min(len - i);
             let key = stream_key(seed, l as u64, t as u64);
             fill_f32_vectorised(key, lim, i as u64, &mut f[..k]);
-            E::cast_f32_slice(&f[..k], &mut e[..k]);
-            for (o, &x) in tile[done..done + k].iter_mut().zip(&e[..k]) {
-                o.write(x);
-            }
+            E::cast_f32_slice(&f[..k], &mut tile[done..done + k]);
             done += k;
             g += k;
         }
@@ -340,8 +330,9 @@ fn chunked_direct<E: Float>(
     obs: &mut dyn Observer,
 ) -> Result<Stacked<E>> {
     use rayon::prelude::*;
+    // zeroed allocations: the pages are first touched by the fill below, written once
     let mut out: [Vec<E>; 4] =
-        TensorId::ALL.map(|t| Vec::with_capacity(cfg.layers() * cfg.layer_len(t)));
+        TensorId::ALL.map(|t| E::zeroed_vec(cfg.layers() * cfg.layer_len(t)));
     obs.sample("chunked: stack allocated");
     // Every element is a pure function of its position, so the chunks can be filled in any
     // order on any number of threads with the same bits. Threads only for layers of at least
@@ -349,20 +340,13 @@ fn chunked_direct<E: Float>(
     // pool's own bookkeeping.
     let parallel = chunk_elems(cfg) == CHUNK_ELEMS;
     for t in TensorId::ALL {
-        let total = cfg.layers() * cfg.layer_len(t);
         let v = &mut out[t as usize];
-        let spare = &mut v.spare_capacity_mut()[..total];
-        let fill = |(c, part): (usize, &mut [std::mem::MaybeUninit<E>])| {
-            fill_stacked(cfg, seed, t, c * CHUNK_ELEMS, part)
-        };
-        if parallel && total > CHUNK_ELEMS {
-            spare.par_chunks_mut(CHUNK_ELEMS).enumerate().for_each(fill);
+        let fill = |(c, part): (usize, &mut [E])| fill_stacked(cfg, seed, t, c * CHUNK_ELEMS, part);
+        if parallel && v.len() > CHUNK_ELEMS {
+            v.par_chunks_mut(CHUNK_ELEMS).enumerate().for_each(fill);
         } else {
-            spare.chunks_mut(CHUNK_ELEMS).enumerate().for_each(fill);
+            v.chunks_mut(CHUNK_ELEMS).enumerate().for_each(fill);
         }
-        // SAFETY: the chunks cover `spare[..total]` and `fill_stacked` wrote every element of
-        // each, so the first `total` elements (within the capacity) are initialised.
-        unsafe { v.set_len(total) };
         obs.sample("chunked: tensor filled");
     }
     let [a, b, c, d] = TensorId::ALL

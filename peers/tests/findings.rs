@@ -46,6 +46,16 @@ fn finding_rk4_new_panics_on_a_non_finite_end_or_a_step_that_does_not_advance() 
     assert!(rk4([1.0, 0.5], 1.0, 0.01).is_ok());
 }
 
+/// `(accepted + rejected, None)` of a solve, or `(0, the error)`.
+fn attempts(
+    r: Result<ode_solvers::dop_shared::Stats, ode_solvers::dop_shared::IntegrationError>,
+) -> (u32, Option<String>) {
+    match r {
+        Ok(st) => (st.accepted_steps + st.rejected_steps, None),
+        Err(e) => (0, Some(format!("{e:?}"))),
+    }
+}
+
 /// `y' = -y`, `y(0) = [1, 0.5]` over `[0, 1]` at `rtol = 1e-6`, `atol = 1e-8` with a step limit
 /// of `n_max`, with the crate's default controller settings: `(accepted + rejected, error)`.
 fn dopri5(n_max: u32) -> (u32, Option<String>) {
@@ -68,10 +78,7 @@ fn dopri5(n_max: u32) -> (u32, Option<String>) {
         1000,
         OutputType::Sparse,
     );
-    match s.integrate() {
-        Ok(st) => (st.accepted_steps + st.rejected_steps, None),
-        Err(e) => (0, Some(format!("{e:?}"))),
-    }
+    attempts(s.integrate())
 }
 
 fn dop853(n_max: u32) -> (u32, Option<String>) {
@@ -94,10 +101,7 @@ fn dop853(n_max: u32) -> (u32, Option<String>) {
         1000,
         OutputType::Sparse,
     );
-    match s.integrate() {
-        Ok(st) => (st.accepted_steps + st.rejected_steps, None),
-        Err(e) => (0, Some(format!("{e:?}"))),
-    }
+    attempts(s.integrate())
 }
 
 #[test]

@@ -133,6 +133,13 @@ pub enum PeerParams {
 
 /// The factory of the Adam subject: [`CandleOptimiser`] over the peer's `Adam` for an Adam spec
 /// [`adam_params`] takes, [`unsupported`] otherwise.
+///
+/// ```no_run
+/// use harness::subject::optimizer::{check, SuiteOptions};
+/// let opts = SuiteOptions { memory: false, ..SuiteOptions::default() };
+/// let report = check("candle-optimisers Adam", &peers::candle_optimisers_adapter::make_adam, &opts);
+/// println!("{}", report.summary());
+/// ```
 pub fn make_adam(spec: &OptimizerSpec) -> Result<CandleOptimiser> {
     adam_params(spec)
         .map(|p| CandleOptimiser::new(PeerParams::Adam(p)))
@@ -141,6 +148,13 @@ pub fn make_adam(spec: &OptimizerSpec) -> Result<CandleOptimiser> {
 
 /// The factory of the RAdam subject: [`CandleOptimiser`] over the peer's `RAdam` for a RAdam
 /// spec [`radam_params`] takes, [`unsupported`] otherwise.
+///
+/// ```no_run
+/// use harness::subject::optimizer::SuiteOptions;
+/// let opts = SuiteOptions { memory: false, ..SuiteOptions::default() };
+/// let make = peers::candle_optimisers_adapter::make_radam;
+/// println!("{}", peers::check_pytorch_convention("candle-optimisers RAdam", &make, &opts).summary());
+/// ```
 pub fn make_radam(spec: &OptimizerSpec) -> Result<CandleOptimiser> {
     radam_params(spec)
         .map(|p| CandleOptimiser::new(PeerParams::RAdam(p)))

@@ -167,6 +167,13 @@ fn push_rows(
 ///
 /// # References
 /// - [`pytorch_convention`] (the convention and the law per case).
+///
+/// ```no_run
+/// use harness::subject::optimizer::SuiteOptions;
+/// let make = peers::candle_optimisers_adapter::make_radam;
+/// let report = peers::pytorch_law(&make, &SuiteOptions::default());
+/// println!("{:?}", report.counterexample);
+/// ```
 pub fn pytorch_law<O: optimizer::BothDtypes>(
     make: &impl Factory<O>,
     opts: &optimizer::SuiteOptions,
@@ -210,6 +217,14 @@ pub fn pytorch_law<O: optimizer::BothDtypes>(
 ///
 /// # References
 /// - `harness::subject::optimizer::check` (the same laws, with optax's reference).
+///
+/// ```no_run
+/// use harness::subject::optimizer::SuiteOptions;
+/// let make = peers::candle_optimisers_adapter::make_radam;
+/// let opts = SuiteOptions { memory: false, ..SuiteOptions::default() };
+/// let report = peers::check_pytorch_convention("candle-optimisers RAdam", &make, &opts);
+/// println!("{}", report.summary());
+/// ```
 pub fn check_pytorch_convention<O: optimizer::BothDtypes>(
     name: &str,
     make: &impl Factory<O>,

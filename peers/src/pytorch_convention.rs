@@ -35,7 +35,7 @@
 //! use peers::pytorch_convention::{radam_eps_at, PYTORCH_RADAM_THRESHOLD};
 //! // at step 1 with b2 = 0.999, PyTorch's eps is 31.6 times optax's
 //! assert!((radam_eps_at(1e-8, 0.999, 1) / 1e-8 - 1000f64.sqrt()).abs() < 1e-9);
-//! assert!(PYTORCH_RADAM_THRESHOLD > 5.0 && PYTORCH_RADAM_THRESHOLD - 5.0 < 1e-15);
+//! assert_eq!(PYTORCH_RADAM_THRESHOLD, f64::from_bits(5f64.to_bits() + 1));
 //! ```
 
 use harness::backend::{DType, Real};

@@ -87,7 +87,7 @@ pub const VERSION: &str = "0.10.2";
 /// ```
 pub fn adam_params(spec: &OptimizerSpec) -> Option<ParamsAdam> {
     let m = &spec.hyper.moments;
-    (spec.algorithm == Algorithm::Adam && m.eps_root == 0.0 && !m.nesterov).then(|| ParamsAdam {
+    (spec.algorithm == Algorithm::Adam && m.eps_root == 0.0 && !m.nesterov).then_some(ParamsAdam {
         lr: spec.learning_rate,
         beta_1: m.b1,
         beta_2: m.b2,
@@ -115,7 +115,7 @@ pub fn radam_params(spec: &OptimizerSpec) -> Option<ParamsRAdam> {
         && m.eps_root == 0.0
         && !m.nesterov
         && spec.hyper.threshold == 5.0)
-        .then(|| ParamsRAdam {
+        .then_some(ParamsRAdam {
             lr: spec.learning_rate,
             beta_1: m.b1,
             beta_2: m.b2,

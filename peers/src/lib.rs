@@ -5,13 +5,15 @@
 //! | crate | version | subjects |
 //! |---|---|---|
 //! | `ode_solvers` | 0.6.2 | `Dopri5`, `Dop853` (adaptive), `Rk4` (constant steps), through [`ode_solvers_adapter`] |
+//! | `candle-optimisers` | 0.10.2 | `Adam` (the optimizer suite, optax's convention), `RAdam` (the optimizer suite's laws with the reference in PyTorch's convention, [`pytorch_convention`]), on `candle-core` 0.10.2's CPU device, through [`candle_optimisers_adapter`] |
 //!
 //! A failing row is a finding about the peer, not a failure of the run: the adapters pass the
 //! request through as the peer's documentation says to, and never work around a peer's
 //! behaviour (a panic, a hang, a non-finite answer is what the row reports).
 //!
 //! # References
-//! - `harness::subject::ode` (the ODE laws and their bounds).
+//! - `harness::subject::ode` (the ODE laws and their bounds); `harness::subject::optimizer` (the
+//!   optimizer laws).
 //! - `docs/findings/` (the write-ups of the failing rows).
 //!
 //! ```no_run
@@ -19,10 +21,15 @@
 //! println!("{}", peers::markdown_table(&rows));
 //! ```
 
+pub mod candle_optimisers_adapter;
 pub mod fuzz;
 pub mod ode_solvers_adapter;
+pub mod pytorch_convention;
 
+use harness::laws::{check_property_replayed_by, timed, Family, LawReport};
 use harness::subject::ode::{self, OdeSolver, SuiteOptions};
+use harness::subject::optimizer::{self, Factory, SuiteReport};
+use pytorch_convention::Compared;
 use std::sync::Arc;
 
 /// One row of the conformance table.
@@ -48,6 +55,9 @@ pub struct Row {
 pub struct RunOptions {
     /// The ODE suite's options (cases per law, seed, time limit per solve).
     pub ode: SuiteOptions,
+    /// The optimizer suite's options (cases per law, seed, whether the memory law runs: it needs
+    /// `harness::install_counting_allocator!` in the binary).
+    pub optimizer: optimizer::SuiteOptions,
 }
 
 impl Default for RunOptions {
@@ -57,11 +67,13 @@ impl Default for RunOptions {
                 cases: 16,
                 ..SuiteOptions::default()
             },
+            // 64 cases: the suite asks for Adam in about one case in ten
+            optimizer: optimizer::SuiteOptions::default(),
         }
     }
 }
 
-/// Every peer subject with its crate name and version.
+/// Every peer ODE solver with its crate name and version.
 pub fn subjects() -> Vec<(&'static str, &'static str, Arc<dyn OdeSolver>)> {
     ode_solvers_adapter::Method::ALL
         .into_iter()
@@ -75,37 +87,244 @@ pub fn subjects() -> Vec<(&'static str, &'static str, Arc<dyn OdeSolver>)> {
         .collect()
 }
 
-/// Run every law of every peer subject.
+/// Run every law of every peer subject: the ODE solvers, then the optimizers.
 pub fn run(opts: &RunOptions) -> Vec<Row> {
     let mut rows = Vec::new();
     for (krate, version, solver) in subjects() {
         let method = solver.name();
         let report = ode::check(solver, &opts.ode);
-        for l in &report.laws {
-            rows.push(Row {
-                krate: krate.into(),
-                version: version.into(),
-                subject: method.clone(),
-                law: l.name.clone(),
-                verdict: if l.passed { "pass" } else { "fail" }.into(),
-                evidence: match &l.counterexample {
-                    Some(c) if !l.passed => one_line(c),
-                    _ => format!("{} cases", l.cases),
-                },
-            });
-        }
-        for (law, why) in &report.not_applicable {
-            rows.push(Row {
-                krate: krate.into(),
-                version: version.into(),
-                subject: method.clone(),
-                law: law.clone(),
-                verdict: "n/a".into(),
-                evidence: one_line(why),
-            });
-        }
+        push_rows(
+            &mut rows,
+            (krate, version, &method),
+            &report.laws,
+            &report.not_applicable,
+        );
     }
+    let candle = ("candle-optimisers", candle_optimisers_adapter::VERSION);
+    let adam = "candle-optimisers Adam";
+    let report = optimizer::check(adam, &candle_optimisers_adapter::make_adam, &opts.optimizer);
+    let mut laws = report.laws;
+    laws.push(pytorch_law(
+        &candle_optimisers_adapter::make_adam,
+        &opts.optimizer,
+    ));
+    push_rows(
+        &mut rows,
+        (candle.0, candle.1, adam),
+        &laws,
+        &report.not_applicable,
+    );
+    let radam = "candle-optimisers RAdam";
+    let report = check_pytorch_convention(
+        radam,
+        &candle_optimisers_adapter::make_radam,
+        &opts.optimizer,
+    );
+    push_rows(
+        &mut rows,
+        (candle.0, candle.1, radam),
+        &report.laws,
+        &report.not_applicable,
+    );
     rows
+}
+
+fn push_rows(
+    rows: &mut Vec<Row>,
+    (krate, version, subject): (&str, &str, &str),
+    laws: &[LawReport],
+    not_applicable: &[(String, String)],
+) {
+    for l in laws {
+        rows.push(Row {
+            krate: krate.into(),
+            version: version.into(),
+            subject: subject.into(),
+            law: l.name.clone(),
+            verdict: if l.passed { "pass" } else { "fail" }.into(),
+            evidence: match &l.counterexample {
+                Some(c) if !l.passed => one_line(c),
+                Some(c) => one_line(c),
+                None => format!("{} cases", l.cases),
+            },
+        });
+    }
+    for (law, why) in not_applicable {
+        rows.push(Row {
+            krate: krate.into(),
+            version: version.into(),
+            subject: subject.into(),
+            law: law.clone(),
+            verdict: "n/a".into(),
+            evidence: one_line(why),
+        });
+    }
+}
+
+/// The law `optimizer_matches_pytorch_convention`: on the optimizer suite's cases, the subject
+/// equals [`pytorch_convention::reference_updates`] step for step within the conformance
+/// tolerance. A passing report's counterexample field says how many cases were compared (the
+/// others are outside the finiteness domain or not expressible in the subject).
+///
+/// # References
+/// - [`pytorch_convention`] (the convention and the law per case).
+///
+/// ```no_run
+/// use harness::subject::optimizer::SuiteOptions;
+/// let make = peers::candle_optimisers_adapter::make_radam;
+/// let report = peers::pytorch_law(&make, &SuiteOptions::default());
+/// println!("{:?}", report.counterexample);
+/// ```
+pub fn pytorch_law<O: optimizer::BothDtypes>(
+    make: &impl Factory<O>,
+    opts: &optimizer::SuiteOptions,
+) -> LawReport {
+    let compared = std::sync::atomic::AtomicU32::new(0);
+    let law = "optimizer_matches_pytorch_convention";
+    let mut report = timed(law, Family::Numerics, opts.cases, false, || {
+        check_property_replayed_by(
+            &format!(
+                "the suite again with SuiteOptions {{ seed: {}, .. }} ({law})",
+                opts.seed
+            ),
+            opts.cases,
+            opts.seed,
+            optimizer::suite_case(),
+            |c| {
+                let r = pytorch_convention::matches_pytorch_convention_any(c, make)?;
+                if r == Compared::Yes {
+                    compared.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Ok(())
+            },
+        )
+    });
+    if report.passed {
+        report.counterexample = Some(format!(
+            "{} cases, {} compared step for step",
+            opts.cases,
+            compared.into_inner()
+        ));
+    }
+    report
+}
+
+/// The optimizer suite for a subject whose reference is PyTorch's convention rather than
+/// optax's: `optimizer_matches_pytorch_convention` in place of `optimizer_matches_reference`
+/// (reported not applicable, with the reason), then the suite's convention-free laws
+/// (`optimizer_updates_finite`, `optimizer_rejects_invalid_hyperparameters`,
+/// `optimizer_state_signature_fixed`, `optimizer_one_trace` when the subject stages,
+/// `optimizer_live_bytes_flat` when `opts.memory`), each as `harness::subject::optimizer` runs it.
+///
+/// # References
+/// - `harness::subject::optimizer::check` (the same laws, with optax's reference).
+///
+/// ```no_run
+/// use harness::subject::optimizer::SuiteOptions;
+/// let make = peers::candle_optimisers_adapter::make_radam;
+/// let opts = SuiteOptions { memory: false, ..SuiteOptions::default() };
+/// let report = peers::check_pytorch_convention("candle-optimisers RAdam", &make, &opts);
+/// println!("{}", report.summary());
+/// ```
+pub fn check_pytorch_convention<O: optimizer::BothDtypes>(
+    name: &str,
+    make: &impl Factory<O>,
+    opts: &optimizer::SuiteOptions,
+) -> SuiteReport {
+    let (cases, seed) = (opts.cases, opts.seed);
+    let replay =
+        |law: &str| format!("the suite again with SuiteOptions {{ seed: {seed}, .. }} ({law})");
+    let mut laws = vec![pytorch_law(make, opts)];
+    let mut not_applicable = vec![(
+        "optimizer_matches_reference".to_string(),
+        "optax's RAdam (eps added to sqrt(v_hat), rho_t >= threshold) is not expressible in the peer's parameters (eps added to sqrt(v_t), rho_t > 5); compared in PyTorch's convention instead (optimizer_matches_pytorch_convention)".to_string(),
+    )];
+    let by_dtype =
+        |c: &harness::laws::strategies::OptCase,
+         f32_law: &dyn Fn(&harness::laws::strategies::OptCase) -> Result<(), String>,
+         f64_law: &dyn Fn(&harness::laws::strategies::OptCase) -> Result<(), String>| {
+            match c.dtype {
+                harness::backend::DType::F32 => f32_law(c),
+                harness::backend::DType::F64 => f64_law(c),
+                _ => Ok(()),
+            }
+        };
+    let law = "optimizer_updates_finite";
+    laws.push(timed(law, Family::CondVsWhere, cases, false, || {
+        check_property_replayed_by(&replay(law), cases, seed, optimizer::suite_case(), |c| {
+            by_dtype(c, &|c| optimizer::updates_finite::<f32, O>(c, make), &|c| {
+                optimizer::updates_finite::<f64, O>(c, make)
+            })
+        })
+    }));
+    let law = "optimizer_rejects_invalid_hyperparameters";
+    laws.push(timed(law, Family::Numerics, cases, false, || {
+        check_property_replayed_by(&replay(law), cases, seed, optimizer::invalid_case(), |c| {
+            optimizer::rejects_invalid::<O>(c, make)
+        })
+    }));
+    let law = "optimizer_state_signature_fixed";
+    laws.push(timed(law, Family::FixedStateShape, cases, false, || {
+        check_property_replayed_by(&replay(law), cases, seed, optimizer::suite_case(), |c| {
+            by_dtype(
+                c,
+                &|c| optimizer::state_signature_fixed::<f32, O>(c, make),
+                &|c| optimizer::state_signature_fixed::<f64, O>(c, make),
+            )
+        })
+    }));
+    let default_radam = optimizer::OptimizerSpec {
+        algorithm: optimizer::Algorithm::RAdam,
+        learning_rate: 1e-3,
+        hyper: harness::optim::RadamHyper::default(),
+    };
+    let stages = make(&default_radam)
+        .map(|o| optimizer::Optimizer::<f32>::traces(&o).is_some())
+        .unwrap_or(false);
+    if stages {
+        let law = "optimizer_one_trace";
+        laws.push(timed(law, Family::TraceCount, cases, false, || {
+            check_property_replayed_by(&replay(law), cases, seed, optimizer::suite_case(), |c| {
+                by_dtype(c, &|c| optimizer::one_trace::<f32, O>(c, make), &|c| {
+                    optimizer::one_trace::<f64, O>(c, make)
+                })
+            })
+        }));
+    } else {
+        not_applicable.push((
+            "optimizer_one_trace".to_string(),
+            "the subject does not stage its update (traces() is None)".to_string(),
+        ));
+    }
+    if opts.memory {
+        let law = "optimizer_live_bytes_flat";
+        let n = cases.min(8);
+        laws.push(timed(law, Family::TraceCount, n, true, || {
+            use proptest::prelude::*;
+            check_property_replayed_by(
+                &replay(law),
+                n,
+                seed,
+                (1usize..64, prop_oneof![Just(2usize), Just(10), 2usize..100]),
+                |&(elements, steps)| {
+                    optimizer::live_bytes_flat::<O>(
+                        &harness::laws::radam::MemCase { elements, steps },
+                        make,
+                    )
+                },
+            )
+        }));
+    } else {
+        not_applicable.push((
+            "optimizer_live_bytes_flat".to_string(),
+            "memory not measured (SuiteOptions::memory is false)".to_string(),
+        ));
+    }
+    SuiteReport {
+        subject: name.to_string(),
+        laws,
+        not_applicable,
+    }
 }
 
 /// `text` on one line (a table cell), at most 300 characters.

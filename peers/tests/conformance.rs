@@ -2,6 +2,9 @@
 
 use std::path::PathBuf;
 
+// The optimizer suite's memory law counts this binary's allocations (as the `peers` binary does).
+harness::install_counting_allocator!();
+
 #[test]
 fn the_readme_table_equals_the_suites_output() {
     let readme =

@@ -1,8 +1,16 @@
-//! Reproductions of the findings in `docs/findings/ode_solvers-*.md`: each test passes while
-//! `ode_solvers` 0.6.2 behaves as observed; a fixed release makes it fail, which is the signal to
-//! update the conformance table and the write-up.
+//! Reproductions of the findings in `docs/findings/` about the peers (`ode_solvers-*.md`,
+//! `candle-optimisers-*.md`): each test passes while the pinned release behaves as observed; a
+//! fixed release makes it fail, which is the signal to update the conformance table and the
+//! write-up.
 
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::optim::Optimizer;
+use candle_optimisers::adam::{Adam, ParamsAdam};
+use candle_optimisers::radam::{ParamsRAdam, RAdam};
 use ode_solvers::{DVector, Dop853, Dopri5, OutputType, Rk4, System};
+
+// The allocation reproduction counts this binary's allocations (per thread: exact).
+harness::install_counting_allocator!();
 
 struct Decay;
 
@@ -121,4 +129,99 @@ fn finding_dopri5_takes_one_step_more_than_n_max_where_dop853_stops() {
     let (_, refused) = dop853(n8 - 1);
     assert!(refused.unwrap().contains("MaxNumStepReached"));
     assert_eq!(dop853(n8), (n8, None));
+}
+
+/// A gradient store holding `grad` for `var` (the store's constructor is private: one from a
+/// scalar's backward pass, with the gradient inserted).
+fn grads_for(var: &Var, grad: &Tensor) -> candle_core::backprop::GradStore {
+    let seed = Var::zeros((), DType::F32, &Device::Cpu).unwrap();
+    let mut store = seed.as_tensor().backward().unwrap();
+    store.insert(var.as_tensor(), grad.clone());
+    store
+}
+
+#[test]
+fn finding_candle_adam_and_radam_accept_nan_negative_and_out_of_range_hyperparameters() {
+    // docs/findings/candle-optimisers-invalid-hyperparameters.md
+    let w = Var::new(&[0.5f32, -1.0], &Device::Cpu).unwrap();
+    let g = Tensor::new(&[1.0f32, 2.0], &Device::Cpu).unwrap();
+    for bad in [
+        ParamsAdam {
+            beta_1: f64::NAN,
+            ..Default::default()
+        },
+        ParamsAdam {
+            beta_2: 1.5,
+            ..Default::default()
+        },
+        ParamsAdam {
+            eps: -1.0,
+            ..Default::default()
+        },
+        ParamsAdam {
+            lr: f64::NAN,
+            ..Default::default()
+        },
+    ] {
+        let mut adam = Adam::new(vec![w.clone()], bad.clone()).expect("accepted by new");
+        adam.step(&grads_for(&w, &g)).expect("and stepped");
+    }
+    // the step ran: b1 = NaN made the parameters NaN without an error
+    assert!(w.to_vec1::<f32>().unwrap().iter().all(|x| x.is_nan()));
+    let bad = ParamsRAdam {
+        beta_1: f64::NAN,
+        ..Default::default()
+    };
+    assert!(RAdam::new(vec![w.clone()], bad).is_ok());
+}
+
+#[test]
+fn finding_candle_adam_and_radam_step_fails_on_a_zero_element_parameter() {
+    // docs/findings/candle-optimisers-empty-parameter.md
+    let empty = Tensor::zeros(0, DType::F64, &Device::Cpu).unwrap();
+    let w = Var::from_tensor(&empty).unwrap();
+    let b = Var::new(&[1.0f64], &Device::Cpu).unwrap();
+    let g = Tensor::zeros(0, DType::F64, &Device::Cpu).unwrap();
+    let mut store = grads_for(&w, &g);
+    store.insert(b.as_tensor(), Tensor::new(&[0.5f64], &Device::Cpu).unwrap());
+    let mut adam = Adam::new(vec![b.clone(), w.clone()], ParamsAdam::default()).unwrap();
+    let e = adam.step(&store).expect_err("Adam's step fails");
+    assert!(e.to_string().contains("derived from its value"), "{e}");
+    let mut radam = RAdam::new(vec![w.clone()], ParamsRAdam::default()).unwrap();
+    let e = radam
+        .step(&grads_for(&w, &g))
+        .expect_err("RAdam's step fails");
+    assert!(e.to_string().contains("derived from its value"), "{e}");
+    // the cause, in candle-core: an element-wise op on an empty tensor returns its input
+    let same = (w.as_tensor() - &g).unwrap();
+    assert!(w.set(&same).is_err());
+}
+
+#[test]
+fn observed_candle_radam_allocates_more_per_step_once_rectified_and_keeps_live_bytes_flat() {
+    // docs/findings/candle-optimisers-radam-allocations.md: what fails the allocation clause of
+    // `optimizer_live_bytes_flat` (a constant per branch, not a growth)
+    use harness::probe::{measure_in, Scope};
+    let w = Var::new(&[0.5f32], &Device::Cpu).unwrap();
+    let g = Tensor::new(&[0.3f32], &Device::Cpu).unwrap();
+    let mut radam = RAdam::new(vec![w.clone()], ParamsRAdam::default()).unwrap();
+    let mut per_step = Vec::new();
+    for _ in 0..8 {
+        let store = grads_for(&w, &g);
+        let ((), m) = measure_in(Scope::ThisThread, || radam.step(&store).unwrap());
+        drop(store);
+        per_step.push((m.allocations, m.live_delta));
+    }
+    // steps 1-5 (rho_t <= 5) are momentum steps, 6-8 rectified: more temporaries each
+    assert!(
+        per_step[1..5].iter().all(|s| s.0 == per_step[1].0),
+        "{per_step:?}"
+    );
+    assert!(
+        per_step[5..].iter().all(|s| s.0 == per_step[5].0),
+        "{per_step:?}"
+    );
+    assert!(per_step[5].0 > per_step[4].0, "{per_step:?}");
+    // and nothing stays alive after a step
+    assert!(per_step[1..].iter().all(|s| s.1 == 0), "{per_step:?}");
 }

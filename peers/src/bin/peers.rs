@@ -6,6 +6,9 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+// The optimizer suite's memory law counts this binary's allocations.
+harness::install_counting_allocator!();
+
 /// Run the harness's laws on Rust crates written elsewhere.
 #[derive(Parser)]
 #[command(version)]

@@ -495,9 +495,15 @@ pub type MakeStepper<'a> = &'a dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>;
 /// An owned stepper factory.
 pub type StepperFactory = Box<dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>>;
 
-/// After two warm-up steps, two windows of `steps` steps each: live bytes do not grow in either,
-/// the allocation count of the second window is at most the first's, and the whole run traced
-/// once (when the stepper stages its update).
+/// Steps run before the measured windows: past RAdam's switch to the rectified branch under the
+/// default `b2 = 0.999` and threshold 5 (`rho_5 = 4.99`, `rho_6 = 5.99`: steps 1-5 take the
+/// momentum branch), so that both windows measure one branch. An eager implementation that
+/// builds more temporaries in the rectified branch is not growing; a leak still grows every step.
+pub const MEMORY_WARMUP_STEPS: usize = 8;
+
+/// After [`MEMORY_WARMUP_STEPS`] warm-up steps, two windows of `steps` steps each: live bytes do
+/// not grow in either, the allocation count of the second window is at most the first's, and the
+/// whole run traced once (when the stepper stages its update).
 pub fn trace_once_memory_flat(case: &MemCase, make: MakeStepper) -> Result<MemRun, String> {
     let mut params = leaf::<f32>(&vec![0.5; case.elements]);
     let grads = leaf::<f32>(
@@ -506,7 +512,7 @@ pub fn trace_once_memory_flat(case: &MemCase, make: MakeStepper) -> Result<MemRu
             .collect::<Vec<_>>(),
     );
     let mut opt = make(&params).map_err(err)?;
-    for _ in 0..2 {
+    for _ in 0..MEMORY_WARMUP_STEPS {
         opt.step(&mut params, &grads).map_err(err)?;
     }
     let mut window = || {

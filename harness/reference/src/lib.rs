@@ -40,6 +40,7 @@
 pub mod backend;
 pub mod cnf;
 pub mod error;
+pub mod face;
 pub mod ode;
 pub mod optim;
 pub mod pool;
@@ -48,3 +49,4 @@ pub mod stage;
 pub mod tree;
 
 pub use error::{Error, Result};
+pub use face::Face;

@@ -26,6 +26,9 @@ pub trait DfdxOps: Sized + dfdx::dtypes::Dtype {
     fn t_mul_s(a: Flat<Self>, s: Self) -> Flat<Self>;
     fn t_div_s(a: Flat<Self>, s: Self) -> Flat<Self>;
     fn t_sqrt(a: Flat<Self>) -> Flat<Self>;
+    fn t_abs(a: Flat<Self>) -> Flat<Self>;
+    fn t_maximum(a: Flat<Self>, b: Flat<Self>) -> Flat<Self>;
+    fn t_sum(a: &Flat<Self>) -> Self;
     fn t_choose(mask: &[bool], on_true: Flat<Self>, on_false: Flat<Self>) -> Flat<Self>;
 }
 
@@ -56,6 +59,20 @@ macro_rules! stamp_dfdx_ops {
             fn t_sqrt(a: Flat<$t>) -> Flat<$t> {
                 a.sqrt()
             }
+            fn t_abs(a: Flat<$t>) -> Flat<$t> {
+                a.abs()
+            }
+            fn t_maximum(a: Flat<$t>, b: Flat<$t>) -> Flat<$t> {
+                a.maximum(b)
+            }
+            fn t_sum(a: &Flat<$t>) -> $t {
+                use dfdx::prelude::{HasShape, Rank0, SumTo};
+                if a.shape().0 == 0 {
+                    return 0.0; // dfdx's reductions index out of bounds on empty tensors
+                }
+                // dfdx's CPU sum accumulates from zero in index order (then scales by 1)
+                a.clone().sum::<Rank0, _>().as_vec()[0]
+            }
             fn t_choose(mask: &[bool], on_true: Flat<$t>, on_false: Flat<$t>) -> Flat<$t> {
                 use dfdx::prelude::ChooseFrom;
                 if mask.is_empty() {
@@ -70,6 +87,32 @@ macro_rules! stamp_dfdx_ops {
 }
 stamp_dfdx_ops!(f32);
 stamp_dfdx_ops!(f64);
+
+/// Casting f32 tensors to an element type with dfdx's `to_dtype` (round to nearest even, as
+/// `half`'s conversions) and stacking them along a new leading axis with dfdx's `stack`.
+#[doc(hidden)]
+pub trait DfdxFromF32: Sized + dfdx::dtypes::Unit {
+    /// `stack([to_dtype(t) for t in ts])`, flattened row-major (the first axis slowest).
+    fn stack_cast(ts: Vec<Flat<f32>>) -> Vec<Self>;
+}
+
+macro_rules! stamp_from_f32 {
+    ($t:ty) => {
+        impl DfdxFromF32 for $t {
+            fn stack_cast(ts: Vec<Flat<f32>>) -> Vec<$t> {
+                use dfdx::prelude::{HasShape, TryStack};
+                if ts.is_empty() || ts[0].shape().0 == 0 {
+                    return Vec::new(); // dfdx's `as_vec` indexes out of bounds on empty tensors
+                }
+                let cast: Vec<Flat<$t>> = ts.into_iter().map(|t| t.to_dtype::<$t>()).collect();
+                cast.stack().as_vec()
+            }
+        }
+    };
+}
+stamp_from_f32!(half::f16);
+stamp_from_f32!(f32);
+stamp_from_f32!(f64);
 
 /// A flat dfdx tensor in an arithmetic dtype, with the usual operators, so composed forms read
 /// like the formulas (`m * b1 + g * (1 - b1)`). Scalars on the right are tensor-dtype values.
@@ -96,6 +139,30 @@ impl<A: Real> Ten<A> {
     }
     pub fn sqrt(self) -> Self {
         Ten(A::t_sqrt(self.0))
+    }
+    /// `|x|` element-wise.
+    pub fn abs(self) -> Self {
+        Ten(A::t_abs(self.0))
+    }
+    /// Element-wise maximum (dfdx's `maximum`; on NaN it follows the platform's `max`, which
+    /// returns the other operand).
+    pub fn maximum(self, rhs: Self) -> Self {
+        Ten(A::t_maximum(self.0, rhs.0))
+    }
+    /// `sum_i x_i`, accumulated from zero in index order (`0` for an empty tensor).
+    pub fn sum(&self) -> A {
+        A::t_sum(&self.0)
+    }
+    /// `n` zeros.
+    pub fn zeros(dev: &Cpu, n: usize) -> Self {
+        Self::from_vec(dev, vec![A::zero(); n])
+    }
+    /// Copy out (an empty tensor gives an empty vector: dfdx's `as_vec` panics on it).
+    pub fn to_vec(&self) -> Vec<A> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        self.0.as_vec()
     }
     /// `jnp.where(mask, on_true, on_false)`.
     pub fn select(mask: &[bool], on_true: Self, on_false: Self) -> Self {

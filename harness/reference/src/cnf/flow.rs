@@ -100,6 +100,7 @@ fn opts() -> SolveOptions {
     SolveOptions {
         max_steps: super::config::MAX_STEPS_PER_BLOCK,
         save_steps: false,
+        ..Default::default()
     }
 }
 

@@ -391,6 +391,11 @@ impl<A: Real> PidRun<A> {
         t0 + dt
     }
 
+    /// `(rtol, atol)` in the solve's precision.
+    pub fn tolerances(&self) -> (A, A) {
+        (self.rtol, self.atol)
+    }
+
     /// diffrax's `scaled_error` of a candidate step (`y_err` already has NaN replaced by inf).
     pub fn scaled_error(&self, y0: &[A], y1: &[A], y_err: &[A]) -> A {
         let y1_nan = y1.iter().any(|v| NF::is_nan(*v));

@@ -10,6 +10,8 @@
 //! - `problem.rs` — the [`VectorField`] interface;
 //! - `fixtures.rs` — test problems, with closed forms where they exist;
 //! - `controller.rs` — [`Constant`] and [`Pid`] step-size control, initial step;
+//! - `stepper.rs` — the Runge–Kutta step (fast form); `dfdx_step.rs` — the same step and the
+//!   error norm as dfdx tensor operations (the dfdx face, [`crate::Face::Dfdx`]);
 //! - `solve.rs` — the stepping loop ([`solve`]);
 //! - `grad.rs` — gradients through a solve, full tape or checkpointed ([`grad::gradient`]);
 //! - `checkpoint.rs` — checkpoint schedules ([`checkpoint::Schedule`]; the binomial (revolve)
@@ -42,6 +44,7 @@
 
 pub mod checkpoint;
 mod controller;
+pub mod dfdx_step;
 pub mod fixtures;
 
 pub mod grad;

@@ -32,22 +32,27 @@
 use super::controller::{
     hairer_initial_step, ConstantRun, Controller, Decision, InitialStep, PidRun,
 };
+use super::dfdx_step::{self, DfdxRkStep};
 use super::numerics::{minus_100_ulps, nan_min};
 use super::problem::{Reversed, VectorField};
 use super::stepper::RkStep;
 use super::tableau::Tableau;
 use crate::backend::{Float, Real};
 use crate::error::ensure;
-use crate::{Error, Result};
+use crate::{Error, Face, Result};
 use num_traits::Float as NF;
 
-/// Options of a solve. Defaults: `max_steps = 4096` (diffrax's), `save_steps = true`.
+/// Options of a solve. Defaults: `max_steps = 4096` (diffrax's), `save_steps = true`, the fast
+/// face.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SolveOptions {
     /// Maximum number of attempted (accepted + rejected) steps before the solve fails.
     pub max_steps: usize,
     /// Record the time and state at the end of every accepted step (`SaveAt(steps=True)`).
     pub save_steps: bool,
+    /// The form of each step and of the error norm: the fast [`RkStep`], or the dfdx face
+    /// ([`super::dfdx_step`]); the two give the same bits (law `ode_step_faces_agree`).
+    pub face: Face,
 }
 
 impl Default for SolveOptions {
@@ -55,6 +60,7 @@ impl Default for SolveOptions {
         SolveOptions {
             max_steps: 4096,
             save_steps: true,
+            face: Face::Fast,
         }
     }
 }
@@ -104,6 +110,11 @@ impl<'a, A> Integration<'a, A> {
     /// Record the time and state of every accepted step.
     pub fn save_steps(mut self, save: bool) -> Self {
         self.options.save_steps = save;
+        self
+    }
+    /// Step with this face of the kernel.
+    pub fn face(mut self, face: Face) -> Self {
+        self.options.face = face;
         self
     }
 }
@@ -304,6 +315,7 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
     let st = tab.stages();
     let fsal = tab.fsal();
     let rk = RkStep::<A>::new(tab);
+    let face = (opts.face == Face::Dfdx).then(|| DfdxRkStep::<A>::new(tab));
     // Stage buffers: fs[i*n..(i+1)*n] = f at stage i (unscaled by dt).
     let mut fs = vec![A::zero(); st * n];
     let mut y = y0.to_vec();
@@ -367,23 +379,41 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
         let dt = tnext - tprev;
         // f0 is already in fs[0] after an accepted FSAL step or the initial-step selection
         let first = usize::from(f0_valid);
-        rk.stages(
-            tprev,
-            tnext,
-            &y,
-            &mut fs,
-            &mut ytmp,
-            first,
-            st,
-            &mut |_, t, z, k| g.eval(t, z, k),
-        );
+        if let Some(face) = &face {
+            let k0 = (first == 1).then(|| &fs[..n]);
+            let out = face.step(tprev, tnext, &y, k0, &mut |t, z, k| g.eval(t, z, k));
+            for (dst, k) in fs.chunks_exact_mut(n).zip(&out.ks) {
+                dst.copy_from_slice(k);
+            }
+            y1.copy_from_slice(&out.y1);
+            if let Some(e) = out.err {
+                yerr.copy_from_slice(&e);
+            }
+        } else {
+            rk.stages(
+                tprev,
+                tnext,
+                &y,
+                &mut fs,
+                &mut ytmp,
+                first,
+                st,
+                &mut |_, t, z, k| g.eval(t, z, k),
+            );
+            rk.combine(dt, &y, &fs, &ytmp, &mut y1);
+            rk.error(dt, &fs, &mut yerr);
+        }
         f0_valid = true;
-        rk.combine(dt, &y, &fs, &ytmp, &mut y1);
-        rk.error(dt, &fs, &mut yerr);
         let (dec, scaled_error): (Decision<A>, Option<A>) = match &mut ctl {
             Run::Const(r) => (r.adapt(tnext), None),
             Run::Pid(r) => {
-                let se = r.scaled_error(&y, &y1, &yerr);
+                let se = match face {
+                    Some(_) => {
+                        let (rtol, atol) = r.tolerances();
+                        dfdx_step::scaled_error(&y, &y1, &yerr, rtol, atol)
+                    }
+                    None => r.scaled_error(&y, &y1, &yerr),
+                };
                 (r.adapt(tprev, tnext, se), Some(se))
             }
         };
@@ -560,6 +590,7 @@ mod tests {
             let o = SolveOptions {
                 max_steps: 100_000,
                 save_steps: false,
+                ..Default::default()
             };
             let sol = solve(
                 &ed,
@@ -677,6 +708,7 @@ mod tests {
         let o = SolveOptions {
             max_steps: 100_000,
             save_steps: false,
+            ..Default::default()
         };
         let fwd = solve(
             &lv,
@@ -933,6 +965,7 @@ mod tests {
         let o = SolveOptions {
             max_steps: 3,
             save_steps: true,
+            ..Default::default()
         };
         let r = solve(
             &ed,
@@ -957,6 +990,7 @@ mod tests {
         let o = SolveOptions {
             max_steps: 10,
             save_steps: true,
+            ..Default::default()
         };
         assert!(solve(
             &ed,
@@ -974,6 +1008,7 @@ mod tests {
         let o = SolveOptions {
             max_steps: 0,
             save_steps: true,
+            ..Default::default()
         };
         assert!(matches!(
             solve(
@@ -1054,6 +1089,7 @@ mod tests {
             .with_options(SolveOptions {
                 max_steps: 200,
                 save_steps: false,
+                ..Default::default()
             }),
             &[1.0],
             |e| {

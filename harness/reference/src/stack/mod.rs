@@ -36,6 +36,7 @@
 
 pub mod bounds;
 pub mod config;
+pub mod dfdx_face;
 pub mod forward;
 pub mod init;
 pub mod model;

@@ -44,6 +44,7 @@
 //! ```
 
 use super::armijo::Armijo;
+use super::dfdx_face::DfdxKernels;
 use super::objective::Objective;
 use super::LineSearch;
 use crate::backend::{Array, DType, Real};
@@ -51,7 +52,7 @@ use crate::error::ensure;
 use crate::ode::numerics::nan_min;
 use crate::stage::{HasSignature, KeyHasher, LeafSig, Signature};
 use crate::tree::Tree;
-use crate::Result;
+use crate::{Face, Result};
 
 /// Largest `max_backtracking_steps` accepted (the evaluation count must fit the int32 counter).
 pub const MAX_BACKTRACKING_STEPS: u32 = 1_000_000;
@@ -228,11 +229,48 @@ impl<A: Real> LineSearchState<A> {
     }
 }
 
-/// `scale_by_backtracking_linesearch` with validated hyperparameters.
+/// `scale_by_backtracking_linesearch` with validated hyperparameters, run with either face of
+/// its kernels ([`SearchKernels`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScaleByBacktrackingLinesearch {
     hyper: BacktrackingHyper,
     armijo: Armijo,
+    face: Face,
+}
+
+/// The three computations a backtracking round is made of; the round itself
+/// ([`ScaleByBacktrackingLinesearch::search`]) is written once over them.
+///
+/// - `candidate(w, eta, u) = w + eta u`, leaf by leaf;
+/// - `slope(u, g) = <u, g>`, accumulated from zero over every element in leaf order;
+/// - `decrease_error(eta, slope, f, f_new) = max(f_new - (1 + rtol) f - eta c slope, 0)` with a
+///   NaN counting as `+inf` (`c` = `slope_rtol`): the Armijo test accepts when it is `<= atol`.
+///
+/// [`FastKernels`] are plain loops; [`super::dfdx_face::DfdxKernels`] write the same formulas as
+/// dfdx tensor operations. Law `linesearch_faces_agree` holds them bit for bit equal.
+pub trait SearchKernels<A: Real> {
+    /// `w + eta u`.
+    fn candidate(&self, params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A>;
+    /// `<u, g>`.
+    fn slope(&self, u: &Tree<A>, g: &Tree<A>) -> A;
+    /// The Armijo decrease error of `f_new = f(w + eta u)` against `f = f(w)`.
+    fn decrease_error(&self, armijo: &Armijo, eta: A, slope: A, value: A, new_value: A) -> A;
+}
+
+/// The loop kernels ([`add_scale`], [`slope`], [`Armijo::decrease_error`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FastKernels;
+
+impl<A: Real> SearchKernels<A> for FastKernels {
+    fn candidate(&self, params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A> {
+        add_scale(params, eta, u)
+    }
+    fn slope(&self, u: &Tree<A>, g: &Tree<A>) -> A {
+        slope(u, g)
+    }
+    fn decrease_error(&self, armijo: &Armijo, eta: A, slope: A, value: A, new_value: A) -> A {
+        armijo.decrease_error(eta, slope, value, new_value)
+    }
 }
 
 /// `<u, g>` over every leaf, in leaf order.
@@ -279,7 +317,16 @@ impl ScaleByBacktrackingLinesearch {
         Ok(Self {
             armijo: hyper.armijo()?,
             hyper,
+            face: Face::Fast,
         })
+    }
+    /// Run the rounds with this face of the kernels.
+    pub fn with_face(mut self, face: Face) -> Self {
+        self.face = face;
+        self
+    }
+    pub fn face(&self) -> Face {
+        self.face
     }
     pub fn hyper(&self) -> &BacktrackingHyper {
         &self.hyper
@@ -306,6 +353,7 @@ impl<A: Real> LineSearch<A> for ScaleByBacktrackingLinesearch {
     fn static_key(&self) -> u64 {
         self.hyper
             .hash_into(KeyHasher::default().val("scale_by_backtracking_linesearch"))
+            .val(self.face.name())
             .finish()
     }
     fn init(&self, params: &Tree<A>) -> Result<Self::State> {
@@ -320,10 +368,35 @@ impl<A: Real> LineSearch<A> for ScaleByBacktrackingLinesearch {
         grad: &Tree<A>,
         objective: &O,
     ) -> Result<(Tree<A>, Self::State)> {
+        let args = (updates, state, params, value, grad);
+        match self.face {
+            Face::Fast => self.search(&FastKernels, args, objective),
+            Face::Dfdx => self.search(&DfdxKernels, args, objective),
+        }
+    }
+}
+
+/// The arguments of one round: `(updates, state, params, value, grad)`.
+pub type RoundArgs<'a, A> = (
+    &'a Tree<A>,
+    &'a LineSearchState<A>,
+    &'a Tree<A>,
+    A,
+    &'a Tree<A>,
+);
+
+impl ScaleByBacktrackingLinesearch {
+    /// One round of the search (the [`LineSearch::update`]) computed with `kernels`.
+    pub fn search<A: Real, K: SearchKernels<A>, O: Objective<A> + ?Sized>(
+        &self,
+        kernels: &K,
+        (updates, state, params, value, grad): RoundArgs<'_, A>,
+        objective: &O,
+    ) -> Result<(Tree<A>, LineSearchState<A>)> {
         params.check_like(updates, "updates")?;
         params.check_like(grad, "grad")?;
         let h = &self.hyper;
-        let slope = slope(updates, grad);
+        let slope = kernels.slope(updates, grad);
         let decrease = A::of_f64(h.decrease_factor);
         let mut eta = self.initial_eta(state.learning_rate.value);
         let mut n: u32 = 0;
@@ -334,17 +407,17 @@ impl<A: Real> LineSearch<A> for ScaleByBacktrackingLinesearch {
             if n > 0 {
                 eta = decrease * eta;
             }
-            let candidate = add_scale(params, eta, updates);
+            let candidate = kernels.candidate(params, eta, updates);
             if h.store_grad {
                 let (v, g) = objective.value_and_grad(&candidate)?;
                 new_value = v;
-                error = self.armijo.decrease_error(eta, slope, value, v);
+                error = kernels.decrease_error(&self.armijo, eta, slope, value, v);
                 if error <= A::of_f64(h.atol) || n == h.max_backtracking_steps {
                     new_grad = Some(g);
                 }
             } else {
                 new_value = objective.value(&candidate)?;
-                error = self.armijo.decrease_error(eta, slope, value, new_value);
+                error = kernels.decrease_error(&self.armijo, eta, slope, value, new_value);
             }
             n += 1;
         }

@@ -8,18 +8,22 @@
 //! ([`objective_key`]), never its address, so re-creating the same objective never re-traces.
 //!
 //! - [`armijo`] — the acceptance rule as a value.
-//! - [`backtracking`] — `scale_by_backtracking_linesearch`.
+//! - [`backtracking`] — `scale_by_backtracking_linesearch`, its round written once over
+//!   [`SearchKernels`], with the loop kernels ([`FastKernels`]);
+//! - [`dfdx_face`] — the same kernels as dfdx tensor operations ([`crate::Face::Dfdx`]).
 //! - [`objective`] — the [`Objective`] trait and the fixture problems.
 
 pub mod armijo;
 pub mod backtracking;
+pub mod dfdx_face;
 pub mod objective;
 
 pub use armijo::Armijo;
 pub use backtracking::{
-    add_scale, slope, BacktrackingHyper, LineSearchInfo, LineSearchState, Scalar,
-    ScaleByBacktrackingLinesearch,
+    add_scale, slope, BacktrackingHyper, FastKernels, LineSearchInfo, LineSearchState, RoundArgs,
+    Scalar, ScaleByBacktrackingLinesearch, SearchKernels,
 };
+pub use dfdx_face::DfdxKernels;
 pub use objective::{point, Himmelblau, Matyas, Objective, Quadratic, Rosenbrock};
 
 use super::{Chain, ChainState, ScaleByLearningRate, Transform};

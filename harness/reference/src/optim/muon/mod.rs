@@ -145,6 +145,7 @@ impl MuonHyper {
 pub struct Muon<P = PerUse> {
     hyper: MuonHyper,
     policy: P,
+    face: crate::Face,
 }
 
 impl Muon<PerUse> {
@@ -157,7 +158,21 @@ impl Muon<PerUse> {
 impl<P: CoeffPolicy> Muon<P> {
     pub fn with_policy(hyper: MuonHyper, policy: P) -> Result<Self> {
         hyper.validate()?;
-        Ok(Self { hyper, policy })
+        Ok(Self {
+            hyper,
+            policy,
+            face: crate::Face::Fast,
+        })
+    }
+    /// Orthogonalise with this face: the planned Newton–Schulz ([`NsPlan`], symmetric products
+    /// over a workspace) or the composed dfdx form ([`orthogonalize_composed`]); law
+    /// `muon_planned_matches_composed` bounds their difference.
+    pub fn with_face(mut self, face: crate::Face) -> Self {
+        self.face = face;
+        self
+    }
+    pub fn face(&self) -> crate::Face {
+        self.face
     }
     pub fn hyper(&self) -> &MuonHyper {
         &self.hyper
@@ -217,6 +232,7 @@ impl<E: Float, P: CoeffPolicy> Transform<E> for Muon<P> {
             .f64(h.adam_eps_root)
             .f64(h.adam_weight_decay)
             .f64(h.adam_lr())
+            .val(self.face.name())
             .finish()
     }
 

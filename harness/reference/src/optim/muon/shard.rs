@@ -6,7 +6,7 @@
 //! [`MuonStepper`] keeps the plans between steps: a plan (workspace buffers) is traced once per
 //! (shard, leaf signature), and a step after the first allocates no Newton–Schulz workspace.
 
-use super::newton_schulz::NsPlan;
+use super::newton_schulz::{orthogonalize_composed, NsPlan};
 use super::{coeffs, is_muon_leaf, CoeffPolicy, Muon, MuonState};
 use crate::backend::{device, Array, Float, Real, Ten};
 use crate::optim::adam::{composed_denominator, composed_moments, composed_momentum};
@@ -205,7 +205,7 @@ impl<P: CoeffPolicy> Muon<P> {
         Ok((out, next, info))
     }
 
-    /// One 2-D leaf: momentum, Newton–Schulz (planned), shape scaling, weight decay, `-lr`.
+    /// One 2-D leaf: momentum, Newton–Schulz (planned, or composed under the dfdx face), shape scaling, weight decay, `-lr`.
     fn muon_leaf<E: Float>(
         &self,
         g: &Array<E>,
@@ -230,15 +230,19 @@ impl<P: CoeffPolicy> Muon<P> {
         let (rows, cols) = (shape[0], shape[1]);
         let m_hat = m_hat.to_array(shape)?;
         let coeffs = self.policy.convert::<E::Acc>(state_coeffs);
-        let plan = plans.call(0, &LeafShape(g), |_| Ok(NsPlan::new(rows, cols)))?;
-        let mut x = vec![<E::Acc>::default(); m_hat.len()];
-        let iterations = plan.run(
-            m_hat.data(),
-            &coeffs,
-            h.ns_steps,
-            <E::Acc>::of_f64(h.eps),
-            &mut x,
-        );
+        let eps = <E::Acc>::of_f64(h.eps);
+        let (x, iterations) = match self.face() {
+            crate::Face::Dfdx => {
+                let (x, k) = orthogonalize_composed(&m_hat, &coeffs, h.ns_steps, eps);
+                (x.into_data(), k)
+            }
+            crate::Face::Fast => {
+                let plan = plans.call(0, &LeafShape(g), |_| Ok(NsPlan::new(rows, cols)))?;
+                let mut x = vec![<E::Acc>::default(); m_hat.len()];
+                let k = plan.run(m_hat.data(), &coeffs, h.ns_steps, eps, &mut x);
+                (x, k)
+            }
+        };
         let scale = <E::Acc>::of_f64(shape_scale(rows, cols));
         let wd = <E::Acc>::of_f64(h.weight_decay);
         let out: Vec<E> = x

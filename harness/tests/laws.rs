@@ -82,6 +82,10 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "cnf_hutchinson_unbiased",
         "cnf_loss_gradient_matches_fd",
         "cnf_hand_vjp_matches_tape",
+        // harness/tests/faces.rs
+        "ode_step_faces_agree",
+        "linesearch_faces_agree",
+        "stack_faces_agree",
     ];
     for law in laws::registry() {
         assert!(

@@ -156,6 +156,7 @@ pub fn ode(data: &[u8]) -> Result<(), String> {
     let opts = SolveOptions {
         max_steps,
         save_steps: true,
+        ..Default::default()
     };
     let Ok(sol) = ctl.and_then(|ctl| {
         solve(

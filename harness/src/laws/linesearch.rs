@@ -2,11 +2,12 @@
 //! the final step size, monotone descent on convex quadratics, one state signature and one trace
 //! for N staged updates, and the zero step on non-finite objectives.
 
-use super::{check_property, unsupported_dtype, Family, Law};
+use super::{check_property, first_bit_difference, unsupported_dtype, Family, Law};
 use crate::backend::{Float, Real};
 use crate::optim::linesearch::{
-    self, point, sgd_linesearch, BacktrackingHyper, Himmelblau, LineSearch, LineSearchState,
-    Matyas, Objective, Quadratic, Rosenbrock, SgdLineSearch, Staged,
+    self, point, sgd_linesearch, BacktrackingHyper, DfdxKernels, Himmelblau, LineSearch,
+    LineSearchState, Matyas, Objective, Quadratic, Rosenbrock, SearchKernels, SgdLineSearch,
+    Staged,
 };
 use crate::optim::{ChainState, NoState};
 use crate::reference::Result;
@@ -750,6 +751,98 @@ pub fn check_case(case: &LsCase) -> std::result::Result<(), String> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// The fast kernels equal the dfdx face
+
+/// The search with its rounds computed by `K` ([`ScaleByBacktrackingLinesearch::search`]),
+/// unstaged: the dfdx face is `KernelSubject(DfdxKernels)`.
+pub struct KernelSubject<K>(pub K);
+
+impl<K: SearchKernels> TraceSubject for KernelSubject<K> {
+    fn init<A: Real>(&self, opt: &SgdLineSearch, params: &Tree<A>) -> Result<State<A>> {
+        opt.init(params)
+    }
+    fn update<A: Real>(
+        &self,
+        staged: &mut Staged<SgdLineSearch>,
+        grad: &Tree<A>,
+        state: &State<A>,
+        params: &Tree<A>,
+        value: A,
+        objective: &CaseObjective,
+    ) -> Result<(Tree<A>, State<A>)> {
+        let opt = &staged.search;
+        let (u, s0) = crate::optim::Transform::update(&opt.0, grad, &state.0, params)?;
+        let (u, s1) = opt
+            .1
+            .search(&self.0, (&u, &state.1, params, value, grad), objective)?;
+        Ok((u, ChainState(s0, s1)))
+    }
+}
+
+/// `subject`'s search equals the dfdx face's bit for bit (any NaN equal to any NaN) on every step
+/// of the case: the update, the next point, the stored learning rate, value, gradient, decrease
+/// error and evaluation count.
+pub fn faces_agree_with<S: TraceSubject>(
+    case: &LsCase,
+    subject: &S,
+) -> std::result::Result<(), String> {
+    by_dtype!(real case.dtype(), faces_agree_e[S](case, subject), else unsupported_dtype(case.dtype()))
+}
+
+fn faces_agree_e<A: Real, S: TraceSubject>(
+    case: &LsCase,
+    subject: &S,
+) -> std::result::Result<(), String> {
+    let (Some(got), Some(want)) = (
+        run_case::<A, S>(case, subject)?,
+        run_case::<A, _>(case, &KernelSubject(DfdxKernels))?,
+    ) else {
+        return Ok(()); // rejected by a constructor or the problem, the same way for both
+    };
+    let leaves = |t: &Tree<A>| {
+        t.iter()
+            .flat_map(|(_, a)| a.data().to_vec())
+            .collect::<Vec<A>>()
+    };
+    for (i, (g, w)) in got.steps.iter().zip(&want.steps).enumerate() {
+        let (gs, ws) = (&g.state.1, &w.state.1);
+        let pairs: [(&str, Vec<A>, Vec<A>); 5] = [
+            ("update", leaves(&g.update), leaves(&w.update)),
+            ("next point", leaves(&g.x_next), leaves(&w.x_next)),
+            (
+                "learning_rate, value, decrease_error",
+                vec![
+                    gs.learning_rate.value,
+                    gs.value.value,
+                    gs.info.decrease_error.value,
+                ],
+                vec![
+                    ws.learning_rate.value,
+                    ws.value.value,
+                    ws.info.decrease_error.value,
+                ],
+            ),
+            (
+                "stored grad",
+                gs.grad.as_ref().map_or(vec![], leaves),
+                ws.grad.as_ref().map_or(vec![], leaves),
+            ),
+            (
+                "evaluations",
+                vec![A::of_f64(g.evals as f64)],
+                vec![A::of_f64(w.evals as f64)],
+            ),
+        ];
+        for (what, a, b) in pairs {
+            if let Some(d) = first_bit_difference(&a, &b) {
+                return Err(format!("step {i}: {what}{d} (dfdx face)"));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn laws() -> Vec<Law> {
     vec![
         Law {
@@ -812,6 +905,22 @@ pub(crate) fn laws() -> Vec<Law> {
                 check_property("linesearch_trace_once", c, s, trace_case(), |x| {
                     trace_once(x, &Reference)
                 })
+            },
+        },
+        Law {
+            name: "linesearch_faces_agree",
+            family: Family::Numerics,
+            summary: "the staged fast search equals the dfdx face bit for bit: updates, state, evaluations (f32/f64, finite and poisoned objectives)",
+            default_cases: 128,
+            measures_memory: false,
+            run: |c, s| {
+                check_property(
+                    "linesearch_faces_agree",
+                    c,
+                    s,
+                    prop_oneof![ls_case(), nonfinite_case()],
+                    |x| faces_agree_with(x, &Reference),
+                )
             },
         },
         Law {

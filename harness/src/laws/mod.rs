@@ -47,6 +47,22 @@ pub(crate) fn unsupported_dtype(dtype: crate::backend::DType) -> Result<(), Stri
     ))
 }
 
+/// The first element whose bits differ between `got` and `want`, any NaN equal to any NaN:
+/// IEEE 754 leaves the sign and payload of a NaN result unspecified when both operands are NaN
+/// (x86 keeps the first operand's), so `a * b` and `b * a` may differ there and only there.
+pub fn first_bit_difference<A: crate::backend::Float>(got: &[A], want: &[A]) -> Option<String> {
+    if got.len() != want.len() {
+        return Some(format!("{} elements, want {}", got.len(), want.len()));
+    }
+    got.iter()
+        .zip(want)
+        .position(|(g, w)| {
+            g.bits() != w.bits()
+                && !(crate::backend::Float::is_nan(*g) && crate::backend::Float::is_nan(*w))
+        })
+        .map(|i| format!("[{i}] = {:?}, want {:?}", got[i], want[i]))
+}
+
 pub mod cnf;
 pub mod fuzz;
 pub mod linesearch;

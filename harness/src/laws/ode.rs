@@ -2,11 +2,16 @@
 //! and typed errors for bad input. Every law runs every method it applies to on generated
 //! problems with known answers (the fixtures of `ode::fixtures`).
 
-use super::{check_property, Family, Law};
+use super::{check_property, first_bit_difference, Family, Law};
+use crate::backend::Real;
+use crate::ode::dfdx_step::{DfdxRkStep, DfdxStepOut};
 use crate::ode::fixtures::{Linear, LotkaVolterra};
 use crate::ode::grad::{self, DiffField, GradMode, Gradient};
+use crate::ode::stepper::RkStep;
 use crate::ode::Integration;
+use crate::ode::Tableau;
 use crate::ode::{solve, solve_observed, Controller, Pid, SolveOptions, Solver, StepEvent};
+use crate::reference::Face;
 use crate::tolerance;
 use proptest::prelude::*;
 
@@ -364,6 +369,7 @@ pub fn bad_input_is_typed_error(b: &BadInput) -> Result<(), String> {
     let opts = SolveOptions {
         max_steps: 256,
         save_steps: false,
+        ..Default::default()
     };
     let r = ctl.and_then(|c| {
         solve(
@@ -834,6 +840,241 @@ pub fn grad_memory_bound(solver: &usize) -> Result<(), String> {
     grad_memory_bound_with(solver, &ReferenceGradient)
 }
 
+// ---------------------------------------------------------------------------------------------
+// The fast step equals its dfdx face
+
+/// A case of `ode_step_faces_agree`: the method `Solver::ALL[solver]` on the non-autonomous,
+/// nonlinear field `k_j = -a y_j + w y_{j+1} - y_j^3 / 10 + b sin(t + j)` (indices mod `n`)
+/// from `(t0, y0)`, four steps ending at `t0 + k dt`, then a whole solve to `t0 + 8 dt` (PID at `rtol` when
+/// the method has an error estimate and `rtol` is given, else constant steps).
+#[derive(Debug, Clone)]
+pub struct FaceCase {
+    pub solver: usize,
+    pub f32: bool,
+    pub y0: Vec<f64>,
+    /// `(a, w, b)`.
+    pub coeffs: (f64, f64, f64),
+    pub t0: f64,
+    pub dt: f64,
+    pub rtol: Option<f64>,
+}
+
+/// Strategy for [`FaceCase`]: every method, both precisions, 1–5 states, times of varied
+/// magnitude (near zero, `t_prev + 1 * dt` often misses `t_next` by an ulp), both directions.
+pub fn face_case() -> impl Strategy<Value = FaceCase> {
+    (
+        0..Solver::ALL.len(),
+        any::<bool>(),
+        prop::collection::vec(-2.0f64..2.0, 1..=5),
+        (0.0f64..2.0, -2.0f64..2.0, -1.0f64..1.0),
+        // near zero a step is larger than its start, where `t_prev + (t_next - t_prev)` can miss
+        // `t_next`; far from zero the step is tiny against the time
+        prop_oneof![-3.0f64..3.0, -0.2f64..0.2, 1e3f64..1e5],
+        prop_oneof![0.01f64..0.3, -0.3f64..-0.01],
+        prop::option::of(prop_oneof![Just(1e-3), 1e-7f64..1e-2]),
+    )
+        .prop_map(|(solver, f32, y0, coeffs, t0, dt, rtol)| FaceCase {
+            solver,
+            f32,
+            y0,
+            coeffs,
+            t0,
+            dt,
+            rtol,
+        })
+}
+
+impl FaceCase {
+    fn dtype(&self) -> crate::backend::DType {
+        if self.f32 {
+            crate::backend::DType::F32
+        } else {
+            crate::backend::DType::F64
+        }
+    }
+    /// The case's field in `A`.
+    pub fn field<A: Real>(&self, t: A, y: &[A], k: &mut [A]) {
+        let (a, w, b) = self.coeffs;
+        let (a, w, b, tenth) = (A::of_f64(a), A::of_f64(w), A::of_f64(b), A::of_f64(0.1));
+        let n = y.len();
+        for j in 0..n {
+            let phase = A::of_f64(j as f64);
+            k[j] =
+                -a * y[j] + w * y[(j + 1) % n] - tenth * y[j] * y[j] * y[j] + b * (t + phase).sin();
+        }
+    }
+}
+
+/// A field `(t, z, k)` writing `f(t, z)` into `k`, as a step's stages call it.
+pub type StageField<'a, A> = dyn FnMut(A, &[A], &mut [A]) + 'a;
+
+/// A Runge–Kutta step under test: `ode_step_faces_agree` holds it equal, bit for bit, to the
+/// dfdx face ([`DfdxRkStep`]).
+pub trait StepSubject {
+    /// One step of `tab` from `(tprev, y)` to `tnext`: the new state, the error estimate and the
+    /// stage derivatives.
+    fn step<A: Real>(
+        &self,
+        tab: &Tableau,
+        tprev: A,
+        tnext: A,
+        y: &[A],
+        field: &mut StageField<'_, A>,
+    ) -> DfdxStepOut<A>;
+}
+
+/// The fast form ([`RkStep`]): what the solve and both gradient sweeps run.
+pub struct FastStep;
+
+impl StepSubject for FastStep {
+    fn step<A: Real>(
+        &self,
+        tab: &Tableau,
+        tprev: A,
+        tnext: A,
+        y: &[A],
+        field: &mut StageField<'_, A>,
+    ) -> DfdxStepOut<A> {
+        let rk = RkStep::<A>::new(tab);
+        let (n, st) = (y.len(), rk.stages_len());
+        let (mut ks, mut z, mut y1) = (
+            vec![A::zero(); n * st],
+            vec![A::zero(); n],
+            vec![A::zero(); n],
+        );
+        let mut err = vec![A::zero(); n];
+        rk.stages(
+            tprev,
+            tnext,
+            y,
+            &mut ks,
+            &mut z,
+            0,
+            st,
+            &mut |_, t, z, k| field(t, z, k),
+        );
+        rk.combine(tnext - tprev, y, &ks, &z, &mut y1);
+        let err = rk.error(tnext - tprev, &ks, &mut err).then_some(err);
+        DfdxStepOut {
+            y1,
+            err,
+            ks: ks.chunks_exact(n).map(<[A]>::to_vec).collect(),
+        }
+    }
+}
+
+/// `subject`'s steps equal the dfdx face's bit for bit: four consecutive steps of the case,
+/// comparing the new state, the error estimate and every stage derivative.
+pub fn step_faces_agree_with<S: StepSubject>(c: &FaceCase, subject: &S) -> Result<(), String> {
+    by_dtype!(real c.dtype(), step_faces_agree_e[S](c, subject), else Err("unreachable dtype".into()))
+}
+
+fn step_faces_agree_e<A: Real, S: StepSubject>(c: &FaceCase, subject: &S) -> Result<(), String> {
+    let solver = Solver::ALL[c.solver];
+    let tab = solver.tableau();
+    let face = DfdxRkStep::<A>::new(&tab);
+    let mut y: Vec<A> = c.y0.iter().map(|&v| A::of_f64(v)).collect();
+    let mut field = |t: A, y: &[A], k: &mut [A]| c.field(t, y, k);
+    // Step ends placed as fractions of an interval, as a constant-step solve places them (not
+    // accumulated: `t + (t + dt - t)` is always `t + dt`, a placed end often is not).
+    let end = |k: usize| A::of_f64(c.t0 + k as f64 * c.dt);
+    let mut t = end(0);
+    for step in 0..4 {
+        let tnext = end(step + 1);
+        let got = subject.step(&tab, t, tnext, &y, &mut field);
+        let want = face.step(t, tnext, &y, None, &mut field);
+        let at = |what: &str, d: String| {
+            format!("{solver} step {step} from t = {t:?} to {tnext:?}: {what}{d}")
+        };
+        if let Some(d) = first_bit_difference(&got.y1, &want.y1) {
+            return Err(at("y1", d));
+        }
+        match (&got.err, &want.err) {
+            (Some(g), Some(w)) => {
+                if let Some(d) = first_bit_difference(g, w) {
+                    return Err(at("error estimate", d));
+                }
+            }
+            (None, None) => {}
+            (g, w) => {
+                return Err(at(
+                    "error estimate present: ",
+                    format!("{} vs {}", g.is_some(), w.is_some()),
+                ))
+            }
+        }
+        for (i, (g, w)) in got.ks.iter().zip(&want.ks).enumerate() {
+            if let Some(d) = first_bit_difference(g, w) {
+                return Err(at(&format!("k_{i}"), d));
+            }
+        }
+        y = want.y1;
+        t = tnext;
+    }
+    Ok(())
+}
+
+/// A whole solve of the case with the fast face equals the solve with the dfdx face (steps,
+/// their times and states, and the counts) bit for bit: the error norm and the controller
+/// included.
+pub fn solve_faces_agree(c: &FaceCase) -> Result<(), String> {
+    by_dtype!(real c.dtype(), solve_faces_agree_e(c), else Err("unreachable dtype".into()))
+}
+
+fn solve_faces_agree_e<A: Real>(c: &FaceCase) -> Result<(), String> {
+    let solver = Solver::ALL[c.solver];
+    let tab = solver.tableau();
+    let ctl = match c.rtol {
+        Some(rtol) if tab.b_err().is_some() => Pid::new(rtol, rtol * 1e-2)
+            .and_then(|p| p.dt0(Some(c.dt)))
+            .map(Controller::Pid),
+        _ => Controller::constant(c.dt),
+    }
+    .map_err(|e| e.to_string())?;
+    let field = |t: A, y: &[A], k: &mut [A]| c.field(t, y, k);
+    let y0: Vec<A> = c.y0.iter().map(|&v| A::of_f64(v)).collect();
+    let (t0, t1) = (A::of_f64(c.t0), A::of_f64(c.t0 + 8.0 * c.dt));
+    let run = |face| {
+        let integration = Integration::new(&tab, &ctl, t0, t1)
+            .max_steps(2000)
+            .face(face);
+        solve(&field, &integration, &y0).map_err(|e| e.to_string())
+    };
+    let (fast, dfdx) = (run(Face::Fast), run(Face::Dfdx));
+    let (fast, dfdx) = match (fast, dfdx) {
+        (Ok(f), Ok(d)) => (f, d),
+        (Err(f), Err(d)) if f == d => return Ok(()),
+        (f, d) => {
+            return Err(format!(
+                "{solver}: fast {:?}, dfdx face {:?}",
+                f.err(),
+                d.err()
+            ))
+        }
+    };
+    if fast.stats != dfdx.stats {
+        return Err(format!(
+            "{solver}: steps {:?}, dfdx face {:?}",
+            fast.stats, dfdx.stats
+        ));
+    }
+    if let Some(d) = first_bit_difference(&fast.ts, &dfdx.ts) {
+        return Err(format!("{solver}: ts{d}"));
+    }
+    for (i, (f, d)) in fast.ys.iter().zip(&dfdx.ys).enumerate() {
+        if let Some(d) = first_bit_difference(f, d) {
+            return Err(format!("{solver}: ys[{i}]{d}"));
+        }
+    }
+    Ok(())
+}
+
+/// The registered law: the fast step ([`FastStep`]) and a whole fast solve equal the dfdx face.
+pub fn faces_agree(c: &FaceCase) -> Result<(), String> {
+    step_faces_agree_with(c, &FastStep)?;
+    solve_faces_agree(c)
+}
+
 pub(crate) fn laws() -> Vec<Law> {
     vec![
         Law {
@@ -867,6 +1108,14 @@ pub(crate) fn laws() -> Vec<Law> {
             default_cases: 512,
             measures_memory: false,
             run: |c, s| check_property("ode_bad_input_is_typed_error", c, s, bad_input(), bad_input_is_typed_error),
+        },
+        Law {
+            name: "ode_step_faces_agree",
+            family: Family::Numerics,
+            summary: "the fast Runge-Kutta step and solve equal the dfdx face bit for bit (stages, error, norm, controller), every method, f32/f64",
+            default_cases: 64,
+            measures_memory: false,
+            run: |c, s| check_property("ode_step_faces_agree", c, s, face_case(), faces_agree),
         },
         Law {
             name: "ode_grad_matches_finite_differences",

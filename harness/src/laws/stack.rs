@@ -8,12 +8,12 @@
 //! can stand in for the reference.
 
 use super::{check_property, unsupported_dtype, Family, Law};
-use crate::backend::{Array, DType, Float};
+use crate::backend::{Array, DType, DfdxFromF32, Float};
 use crate::probe::{self, Measurement, Scope, Timeline};
 use crate::stack::bounds::{self, peak_bound};
 use crate::stack::forward::{forward_scan, forward_unrolled};
 use crate::stack::rng::uniform;
-use crate::stack::{build, build_any, AnyBuilt, Built, Observer, StackConfig, Strategy};
+use crate::stack::{build, build_any, dfdx_face, AnyBuilt, Built, Observer, StackConfig, Strategy};
 use proptest::prelude::{any, prop_oneof, Just};
 use proptest::strategy::Strategy as Gen;
 
@@ -409,6 +409,40 @@ pub fn check_case(case: &StackCase) -> Result<(), String> {
     peaks_within_bounds(case, &Reference)
 }
 
+/// Law: every strategy of `subject` builds, bit for bit, the stack of the dfdx face
+/// ([`crate::stack::dfdx_face::build`]: each layer sampled, scaled, `to_dtype`'d and `stack`ed).
+pub fn faces_agree_with(case: &StackCase, subject: &dyn InitSubject) -> Result<(), String> {
+    let cfg = case.config()?;
+    for strategy in Strategy::ALL {
+        let built = subject
+            .build(&cfg, case.seed, strategy, &mut ())
+            .map_err(err)?;
+        let diff = match built {
+            AnyBuilt::F16(b) => face_difference(&cfg, case.seed, b),
+            AnyBuilt::F32(b) => face_difference(&cfg, case.seed, b),
+            AnyBuilt::F64(b) => face_difference(&cfg, case.seed, b),
+        }?;
+        if let Some(d) = diff {
+            return Err(format!("{strategy} vs the dfdx face: {d}"));
+        }
+    }
+    Ok(())
+}
+
+/// Law `stack_faces_agree` on the reference strategies.
+pub fn faces_agree(case: &StackCase) -> Result<(), String> {
+    faces_agree_with(case, &Reference)
+}
+
+fn face_difference<E: Float + DfdxFromF32>(
+    cfg: &StackConfig,
+    seed: u64,
+    built: Built<E>,
+) -> Result<Option<String>, String> {
+    let face = dfdx_face::build::<E>(cfg, seed).map_err(err)?;
+    Ok(built.into_stacked().map_err(err)?.first_difference(&face))
+}
+
 pub(crate) fn laws() -> Vec<Law> {
     vec![
         Law {
@@ -442,6 +476,14 @@ pub(crate) fn laws() -> Vec<Law> {
                     |x| chunked_within_one_percent(x, &Reference),
                 )
             },
+        },
+        Law {
+            name: "stack_faces_agree",
+            family: Family::Fp16InitPeaks,
+            summary: "every init strategy builds the dfdx face's stack (sample, scale, to_dtype, stack) bit for bit, f16/f32/f64",
+            default_cases: 64,
+            measures_memory: false,
+            run: |c, s| check_property("stack_faces_agree", c, s, stack_case(6, 24, 48), faces_agree),
         },
         Law {
             name: "stack_strategies_bitwise_identical",

@@ -127,6 +127,7 @@ impl OdeSolver for ReferenceSolver {
         let opts = SolveOptions {
             max_steps: r.max_steps,
             save_steps: false,
+            ..Default::default()
         };
         let sol = solve(
             &*r.field,

@@ -107,7 +107,7 @@ impl<A: Real> DfdxRkStep<A> {
         let dev = device();
         let n = y.len();
         let y_t = Ten::from_vec(&dev, y.to_vec());
-        let eval = |field: &mut dyn FnMut(A, &[A], &mut [A]), t: A, z: &[A]| {
+        let mut eval = |t: A, z: &[A]| {
             let mut k = vec![A::zero(); n];
             field(t, z, &mut k);
             k
@@ -118,13 +118,13 @@ impl<A: Real> DfdxRkStep<A> {
         let mut last_z = y_t.clone();
         for (i, row) in self.a.iter().enumerate() {
             let k = if i == 0 {
-                k0.map_or_else(|| eval(field, times[0], y), <[A]>::to_vec)
+                k0.map_or_else(|| eval(times[0], y), <[A]>::to_vec)
             } else {
                 // z_i = y + sum_{j<i} a_ij (dt k_j)
                 let z = y_t.clone() + weighted_sum(&dev, n, row, &dks);
                 let zv = z.to_vec();
                 last_z = z;
-                eval(field, times[i], &zv)
+                eval(times[i], &zv)
             };
             dks.push(Ten::from_vec(&dev, k.clone()) * dt);
             ks.push(k);

@@ -248,27 +248,41 @@ pub struct ScaleByBacktrackingLinesearch {
 ///
 /// [`FastKernels`] are plain loops; [`super::dfdx_face::DfdxKernels`] write the same formulas as
 /// dfdx tensor operations. Law `linesearch_faces_agree` holds them bit for bit equal.
-pub trait SearchKernels<A: Real> {
+pub trait SearchKernels {
     /// `w + eta u`.
-    fn candidate(&self, params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A>;
+    fn candidate<A: Real>(&self, params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A>;
     /// `<u, g>`.
-    fn slope(&self, u: &Tree<A>, g: &Tree<A>) -> A;
+    fn slope<A: Real>(&self, u: &Tree<A>, g: &Tree<A>) -> A;
     /// The Armijo decrease error of `f_new = f(w + eta u)` against `f = f(w)`.
-    fn decrease_error(&self, armijo: &Armijo, eta: A, slope: A, value: A, new_value: A) -> A;
+    fn decrease_error<A: Real>(
+        &self,
+        armijo: &Armijo,
+        eta: A,
+        slope: A,
+        value: A,
+        new_value: A,
+    ) -> A;
 }
 
 /// The loop kernels ([`add_scale`], [`slope`], [`Armijo::decrease_error`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FastKernels;
 
-impl<A: Real> SearchKernels<A> for FastKernels {
-    fn candidate(&self, params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A> {
+impl SearchKernels for FastKernels {
+    fn candidate<A: Real>(&self, params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A> {
         add_scale(params, eta, u)
     }
-    fn slope(&self, u: &Tree<A>, g: &Tree<A>) -> A {
+    fn slope<A: Real>(&self, u: &Tree<A>, g: &Tree<A>) -> A {
         slope(u, g)
     }
-    fn decrease_error(&self, armijo: &Armijo, eta: A, slope: A, value: A, new_value: A) -> A {
+    fn decrease_error<A: Real>(
+        &self,
+        armijo: &Armijo,
+        eta: A,
+        slope: A,
+        value: A,
+        new_value: A,
+    ) -> A {
         armijo.decrease_error(eta, slope, value, new_value)
     }
 }
@@ -387,7 +401,7 @@ pub type RoundArgs<'a, A> = (
 
 impl ScaleByBacktrackingLinesearch {
     /// One round of the search (the [`LineSearch::update`]) computed with `kernels`.
-    pub fn search<A: Real, K: SearchKernels<A>, O: Objective<A> + ?Sized>(
+    pub fn search<A: Real, K: SearchKernels, O: Objective<A> + ?Sized>(
         &self,
         kernels: &K,
         (updates, state, params, value, grad): RoundArgs<'_, A>,

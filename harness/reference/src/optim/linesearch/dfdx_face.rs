@@ -38,8 +38,8 @@ use crate::tree::Tree;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DfdxKernels;
 
-impl<A: Real> SearchKernels<A> for DfdxKernels {
-    fn candidate(&self, params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A> {
+impl SearchKernels for DfdxKernels {
+    fn candidate<A: Real>(&self, params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A> {
         let dev = device();
         Tree(
             params
@@ -53,7 +53,7 @@ impl<A: Real> SearchKernels<A> for DfdxKernels {
         )
     }
 
-    fn slope(&self, u: &Tree<A>, g: &Tree<A>) -> A {
+    fn slope<A: Real>(&self, u: &Tree<A>, g: &Tree<A>) -> A {
         let dev = device();
         let flat = |t: &Tree<A>| {
             Ten::from_vec(
@@ -66,7 +66,14 @@ impl<A: Real> SearchKernels<A> for DfdxKernels {
         (flat(u) * flat(g)).sum()
     }
 
-    fn decrease_error(&self, armijo: &Armijo, eta: A, slope: A, value: A, new_value: A) -> A {
+    fn decrease_error<A: Real>(
+        &self,
+        armijo: &Armijo,
+        eta: A,
+        slope: A,
+        value: A,
+        new_value: A,
+    ) -> A {
         let (c, rtol) = (A::of_f64(armijo.slope_rtol), A::of_f64(1.0 + armijo.rtol));
         let e = new_value - rtol * value - eta * c * slope;
         match e {

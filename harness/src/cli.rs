@@ -8,6 +8,7 @@ use crate::report::output::Outputs;
 use crate::report::{num, write_json, Table};
 pub mod fuzz;
 
+use crate::reference::Face;
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -52,6 +53,10 @@ enum Cmd {
     Golden {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+        /// Which form of the kernels replays the cases: `fast` (what runs everywhere else) or
+        /// `dfdx` (the readable dfdx tensor form each fast kernel is proven equal to).
+        #[arg(long, value_name = "FACE", default_value = "fast", value_parser = parse_face)]
+        face: Face,
         /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
@@ -254,7 +259,7 @@ fn io_of(cmd: &Cmd) -> Outputs {
             }
             io
         }
-        Cmd::Golden { paths, json } => paths
+        Cmd::Golden { paths, json, .. } => paths
             .iter()
             .fold(Outputs::new(), |io, p| io.input(p))
             .output_opt("--json", json.as_ref()),
@@ -329,7 +334,7 @@ where
             report: None,
             ..
         } => check(law, cases, seed, json),
-        Cmd::Golden { paths, json } => golden(paths, json),
+        Cmd::Golden { paths, face, json } => golden(paths, face, json),
         Cmd::Mutants { only, json } => mutants(only, json),
         Cmd::Bench {
             area,
@@ -443,7 +448,12 @@ fn save(json: Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), Usag
     }
 }
 
-fn golden(paths: Vec<PathBuf>, json: Option<PathBuf>) -> Outcome {
+/// `--face`: `fast` or `dfdx`.
+fn parse_face(s: &str) -> std::result::Result<Face, String> {
+    Face::parse(s).ok_or_else(|| format!("`{s}`: the faces are `fast` and `dfdx`"))
+}
+
+fn golden(paths: Vec<PathBuf>, face: Face, json: Option<PathBuf>) -> Outcome {
     let files = crate::golden::collect(&paths).map_err(|e| Usage(e.to_string()))?;
     if files.is_empty() {
         return Err(Usage(format!(
@@ -461,7 +471,7 @@ fn golden(paths: Vec<PathBuf>, json: Option<PathBuf>) -> Outcome {
     for f in &files {
         bar.set_message(f.display().to_string());
         let case = crate::golden::load(f).map_err(|e| Usage(e.to_string()))?;
-        cases.push(crate::golden::replay(&case).map_err(|e| Usage(e.to_string()))?);
+        cases.push(crate::golden::replay_face(&case, face).map_err(|e| Usage(e.to_string()))?);
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -486,10 +496,10 @@ fn golden(paths: Vec<PathBuf>, json: Option<PathBuf>) -> Outcome {
     print!("{}", t.render());
     let passed = cases.iter().filter(|c| c.passed).count();
     let failed = cases.len() - passed;
-    println!("{passed} passed, {failed} failed");
+    println!("{passed} passed, {failed} failed ({face} face)");
     save(
         json,
-        &serde_json::json!({"passed": passed, "failed": failed, "cases": cases}),
+        &serde_json::json!({"face": face, "passed": passed, "failed": failed, "cases": cases}),
     )?;
     Ok(failed == 0 && !cases.is_empty())
 }

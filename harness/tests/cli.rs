@@ -257,6 +257,14 @@ fn hostile_golden_inputs_are_refused_or_read_once() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("1 passed, 0 failed"), "{text}");
+    let out = harness()
+        .current_dir(&d)
+        .args(["golden", "--face", "tape", "dir"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the faces are `fast` and `dfdx`"), "{err}");
     std::fs::create_dir(d.join("empty")).unwrap();
     refused(&d, &["golden", "empty"], &[], "no golden case");
     std::fs::write(

@@ -26,6 +26,36 @@ fn every_committed_golden_case_passes() {
     }
 }
 
+/// Every committed case also passes through the dfdx face of the kernels. Where a law proves the
+/// faces bit-identical (ODE steps and error norm, the line search's kernels) the outputs are the
+/// same bits; Muon's composed Newton–Schulz and the taped CNF field round differently, so their
+/// bits differ somewhere (which shows the face really ran).
+#[test]
+fn every_committed_golden_case_passes_through_the_dfdx_face() {
+    use harness::reference::Face;
+    let files = harness::golden::collect(&[root().join("fixtures/golden")]).unwrap();
+    let mut differing = std::collections::BTreeSet::new();
+    for f in &files {
+        let case = harness::golden::load(f).unwrap();
+        let fast = harness::golden::replay_face(&case, Face::Fast).unwrap();
+        let dfdx = harness::golden::replay_face(&case, Face::Dfdx).unwrap();
+        assert!(dfdx.passed, "{} (dfdx face): {}", dfdx.name, dfdx.detail);
+        let name = case.name.clone();
+        match case.kind.as_str() {
+            "ode" | "linesearch" => assert_eq!(fast.output_bits, dfdx.output_bits, "{name}"),
+            kind if fast.output_bits != dfdx.output_bits => {
+                differing.insert(if name.starts_with("muon") { "muon" } else { kind }.to_string());
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        differing.into_iter().collect::<Vec<_>>(),
+        ["cnf", "muon"],
+        "the faces of Muon and of the CNF field must both have run"
+    );
+}
+
 /// The example cases of the golden format (one per kind and the ODE controllers) are committed
 /// with the project's own cases and pass with them; each kind is represented.
 #[test]

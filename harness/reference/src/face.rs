@@ -18,6 +18,7 @@
 
 /// The form of a kernel that runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Face {
     /// The hand-written form over planned buffers (what the CLI and the benches run).
     #[default]

@@ -1,19 +1,21 @@
 //! golden-v1 `cnf` replay: the recorded weights and points through [`crate::cnf::flow`]'s
-//! log-likelihood in the case's dtype, compared with diffrax's `log_prob`.
+//! log-likelihood in the case's dtype, compared with diffrax's `log_prob`; with the dfdx face,
+//! every block's field is evaluated on dfdx's tape and stepped by the dfdx Runge–Kutta step.
 
 use super::format::{parse_number, parse_tensor, Case};
 use super::Comparator;
 use crate::backend::{Array, DType, Real};
-use crate::cnf::{flow::log_likelihood, CnfConfig, CnfParams, Layout, TraceEstimator};
+use crate::cnf::{flow::log_likelihood_with, CnfConfig, CnfParams, Layout, TraceEstimator};
 use crate::ode::Solver;
+use crate::reference::Face;
 use crate::Result;
 use serde_json::Value;
 
 /// Replay one case (format errors are `Err`; reference errors fail the comparison).
-pub fn replay(case: &Case, cmp: &mut Comparator) -> Result<()> {
+pub fn replay(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
     match case.dtype {
-        DType::F32 => run::<f32>(case, cmp),
-        DType::F64 => run::<f64>(case, cmp),
+        DType::F32 => run::<f32>(case, cmp, face),
+        DType::F64 => run::<f64>(case, cmp, face),
         other => Err(case.err(format!("cnf cases must be float32 or float64, not {other}"))),
     }
 }
@@ -107,7 +109,7 @@ fn weights<A: Real>(case: &Case, cfg: &CnfConfig) -> Result<Vec<Vec<A>>> {
         .collect()
 }
 
-fn run<A: Real>(case: &Case, cmp: &mut Comparator) -> Result<()> {
+fn run<A: Real>(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
     let cfg = config(case)?;
     cfg.validate()
         .map_err(|e| case.err(format!("model: {e}")))?;
@@ -129,7 +131,7 @@ fn run<A: Real>(case: &Case, cmp: &mut Comparator) -> Result<()> {
             x.shape()[0]
         )));
     }
-    let got = log_likelihood(&params, x.data(), None)?;
+    let got = log_likelihood_with(&params, x.data(), None, face)?;
     let got = Array::new(vec![got.len()], got).map_err(|e| case.err(e.to_string()))?;
     cmp.array("log_prob", &got, &want);
     Ok(())

@@ -1,5 +1,6 @@
 //! Replay of `kind = "linesearch"` cases: `chain(sgd(1.0), scale_by_backtracking_linesearch)`
-//! on a rosenbrock or quadratic objective, staged (one trace allowed for the whole run).
+//! on a rosenbrock or quadratic objective, staged (one trace allowed for the whole run), with the
+//! search's rounds computed by the kernels of the chosen face.
 
 use super::format::{parse_number, parse_tensor, Case};
 use super::Comparator;
@@ -7,13 +8,14 @@ use crate::backend::{Array, DType, Real};
 use crate::optim::linesearch::{
     sgd_linesearch, BacktrackingHyper, LineSearch, Objective, Quadratic, Rosenbrock, Staged,
 };
+use crate::reference::Face;
 use crate::tree::{apply_updates, Tree};
 use crate::{Error, Result};
 
-pub fn replay(case: &Case, cmp: &mut Comparator) -> Result<()> {
+pub fn replay(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
     match case.dtype {
-        DType::F32 => objective::<f32>(case, cmp),
-        _ => objective::<f64>(case, cmp),
+        DType::F32 => objective::<f32>(case, cmp, face),
+        _ => objective::<f64>(case, cmp, face),
     }
 }
 
@@ -51,13 +53,13 @@ pub fn parse_hyper(case: &Case) -> Result<BacktrackingHyper> {
     Ok(h)
 }
 
-fn objective<A: Real>(case: &Case, cmp: &mut Comparator) -> Result<()> {
+fn objective<A: Real>(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
     let name = case
         .at("objective/name")?
         .as_str()
         .ok_or_else(|| case.err("objective.name must be a string"))?;
     match name {
-        "rosenbrock" => run::<A, _>(case, cmp, &Rosenbrock),
+        "rosenbrock" => run::<A, _>(case, cmp, &Rosenbrock, face),
         "quadratic" => {
             let a: Array<f64> =
                 parse_tensor(case, case.at("objective/data/A")?, "objective.data.A")?;
@@ -72,13 +74,18 @@ fn objective<A: Real>(case: &Case, cmp: &mut Comparator) -> Result<()> {
                 )));
             }
             let q = Quadratic::new(a.into_data(), b.into_data())?;
-            run::<A, _>(case, cmp, &q)
+            run::<A, _>(case, cmp, &q, face)
         }
         other => Err(case.err(format!("unknown objective `{other}`"))),
     }
 }
 
-fn run<A: Real, O: Objective<A> + 'static>(case: &Case, cmp: &mut Comparator, f: &O) -> Result<()> {
+fn run<A: Real, O: Objective<A> + 'static>(
+    case: &Case,
+    cmp: &mut Comparator,
+    f: &O,
+    face: Face,
+) -> Result<()> {
     let hyper = parse_hyper(case)?;
     let x0: Array<A> = parse_tensor(case, case.at("params")?, "params")?;
     let mut x = Tree::from_leaves([("x".to_string(), x0)])?;
@@ -86,7 +93,9 @@ fn run<A: Real, O: Objective<A> + 'static>(case: &Case, cmp: &mut Comparator, f:
         .at("steps")?
         .as_array()
         .ok_or_else(|| case.err("steps must be a list"))?;
-    let mut opt = Staged::new(sgd_linesearch(hyper)?).with_max_traces(1);
+    let mut search = sgd_linesearch(hyper)?;
+    search.1 = search.1.with_face(face);
+    let mut opt = Staged::new(search).with_max_traces(1);
     let mut state = opt.search.init(&x)?;
     for (i, step) in steps.iter().enumerate() {
         let field = |k: &str| {

@@ -16,6 +16,7 @@ pub use compare::{error_over_tolerance, Comparator};
 pub use format::{parse_number, parse_tensor, parse_tree, Case};
 pub use linesearch::parse_hyper as linesearch_hyper;
 
+use crate::reference::Face;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -149,15 +150,23 @@ pub fn load(path: &Path) -> Result<Case> {
     Case::parse(&name, &text)
 }
 
-/// Replay a parsed case. Errors of the *reference* (e.g. a hyperparameter it rejects) make the
-/// case fail with the error as detail; only format errors are `Err`.
+/// Replay a parsed case through the fast kernels. Errors of the *reference* (e.g. a
+/// hyperparameter it rejects) make the case fail with the error as detail; only format errors
+/// are `Err`.
 pub fn replay(case: &Case) -> Result<CaseResult> {
+    replay_face(case, Face::Fast)
+}
+
+/// [`replay`] through the chosen face of the kernels: with [`Face::Dfdx`], the ODE steps and
+/// error norm, the line search's kernels, Muon's Newton–Schulz and the CNF field run in their
+/// dfdx forms (Adam and RAdam replay through their composed dfdx form under both faces).
+pub fn replay_face(case: &Case, face: Face) -> Result<CaseResult> {
     let mut cmp = Comparator::new(case.tolerance);
     let outcome = match case.kind.as_str() {
-        "optimizer" => optimizer::replay(case, &mut cmp),
-        "ode" => ode::replay(case, &mut cmp),
-        "linesearch" => linesearch::replay(case, &mut cmp),
-        "cnf" => cnf::replay(case, &mut cmp),
+        "optimizer" => optimizer::replay(case, &mut cmp, face),
+        "ode" => ode::replay(case, &mut cmp, face),
+        "linesearch" => linesearch::replay(case, &mut cmp, face),
+        "cnf" => cnf::replay(case, &mut cmp, face),
         other => Err(case.err(format!("unknown kind `{other}`"))),
     };
     let detail = match outcome {

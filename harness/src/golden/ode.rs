@@ -17,6 +17,7 @@ use crate::backend::{DType, Real};
 use crate::ode::fixtures::{ForcedDecay, Linear, LotkaVolterra, VanDerPol};
 use crate::ode::Integration;
 use crate::ode::{solve, Constant, Controller, InitialStep, Pid, Solver, Stats, VectorField};
+use crate::reference::Face;
 use crate::Result;
 use serde_json::{Map, Value};
 
@@ -184,7 +185,7 @@ fn parse_case(cx: &Case) -> Result<OdeCase> {
 }
 
 /// `(ts, ys flattened, stats)` of the solve in `A`, widened to f64.
-fn run_in<A: Real>(c: &OdeCase) -> Result<(Vec<f64>, Vec<f64>, Stats)> {
+fn run_in<A: Real>(c: &OdeCase, face: Face) -> Result<(Vec<f64>, Vec<f64>, Stats)> {
     let y0: Vec<A> = c.y0.iter().map(|&v| A::of_f64(v)).collect();
     let sol = solve(
         &c.problem,
@@ -193,7 +194,8 @@ fn run_in<A: Real>(c: &OdeCase) -> Result<(Vec<f64>, Vec<f64>, Stats)> {
             &c.controller,
             A::of_f64(c.t0),
             A::of_f64(c.t1),
-        ),
+        )
+        .face(face),
         &y0,
     )?;
     let ts = sol.ts.iter().map(|t| t.as_f64()).collect();
@@ -211,11 +213,11 @@ fn run_in<A: Real>(c: &OdeCase) -> Result<(Vec<f64>, Vec<f64>, Stats)> {
 /// assert!(result.passed, "{}", result.detail);
 /// # Ok::<(), harness::Error>(())
 /// ```
-pub fn replay(case: &Case, cmp: &mut Comparator) -> Result<()> {
+pub fn replay(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
     let c = parse_case(case)?;
     let (ts, ys, stats) = match c.dtype {
-        DType::F32 => run_in::<f32>(&c)?,
-        _ => run_in::<f64>(&c)?,
+        DType::F32 => run_in::<f32>(&c, face)?,
+        _ => run_in::<f64>(&c, face)?,
     };
     let got = [
         stats.num_accepted_steps,
@@ -274,7 +276,7 @@ mod tests {
     fn replay_doc(doc: &Value) -> Result<Comparator> {
         let case = case_of(doc)?;
         let mut cmp = Comparator::new(case.tolerance);
-        replay(&case, &mut cmp)?;
+        replay(&case, &mut cmp, Face::Fast)?;
         Ok(cmp)
     }
 

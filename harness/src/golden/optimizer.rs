@@ -1,9 +1,15 @@
 //! Replay of `kind = "optimizer"` cases: adam, radam and muon (`ns_coeffs` used verbatim).
+//!
+//! Adam and RAdam replay through their composed dfdx form under either face (the fused form
+//! updates parameters in place and never materialises the updates a case records; law
+//! `fused_matches_composed_bitwise` ties it to the composed form). Muon orthogonalises with the
+//! planned Newton–Schulz (fast face) or the composed dfdx iteration (dfdx face).
 
 use super::format::{parse_tree, Case};
 use super::Comparator;
 use crate::backend::{DType, Float};
 use crate::optim::{self, AdamHyper, CoeffSpec, Muon, MuonHyper, RadamHyper, Selection, Transform};
+use crate::reference::Face;
 use crate::tree::{apply_updates, Tree};
 use crate::{Error, Result};
 use serde_json::Value;
@@ -12,10 +18,10 @@ use serde_json::Value;
 /// file can demand (optax's default is 5; the iteration converges in well under 20).
 pub const MAX_NS_STEPS: usize = 100;
 
-pub fn replay(case: &Case, cmp: &mut Comparator) -> Result<()> {
+pub fn replay(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
     match case.dtype {
-        DType::F32 => run::<f32>(case, cmp),
-        _ => run::<f64>(case, cmp),
+        DType::F32 => run::<f32>(case, cmp, face),
+        _ => run::<f64>(case, cmp, face),
     }
 }
 
@@ -69,7 +75,7 @@ fn adam_hyper(h: &mut Hyper) -> Result<AdamHyper> {
     })
 }
 
-fn run<E: Float>(case: &Case, cmp: &mut Comparator) -> Result<()> {
+fn run<E: Float>(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
     let name = case
         .at("optimizer/name")?
         .as_str()
@@ -131,7 +137,7 @@ fn run<E: Float>(case: &Case, cmp: &mut Comparator) -> Result<()> {
                 },
             };
             h.finish()?;
-            steps::<E, _>(case, cmp, &Muon::new(hyper)?)
+            steps::<E, _>(case, cmp, &Muon::new(hyper)?.with_face(face))
         }
         other => Err(case.err(format!("unknown optimizer `{other}`"))),
     }

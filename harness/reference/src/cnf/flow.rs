@@ -26,11 +26,11 @@ use super::config::{CnfConfig, TraceEstimator};
 use super::field::{BlockField, Tangents};
 use super::params::CnfParams;
 use super::taped::TrainBlock;
-use crate::backend::Real;
+use crate::backend::{device, taped_leaf, taped_values, Real};
 use crate::ode::grad::{gradient_of, DiffField, GradMode};
 use crate::ode::Integration;
-use crate::ode::{solve, Controller, SolveOptions};
-use crate::{Error, Result};
+use crate::ode::{solve, Controller, SolveOptions, VectorField};
+use crate::{Error, Face, Result};
 
 /// `log N(y; 0, I)` of one `d`-vector.
 pub fn log_normal<A: Real>(y: &[A]) -> A {
@@ -116,20 +116,75 @@ pub fn block_solve<A: Real>(
     dt: f64,
     z: &[A],
 ) -> Result<Vec<A>> {
-    let field = BlockField::new(&params.layout, &params.blocks[b], n, tangents(probes));
+    block_solve_with(params, b, n, probes, (from, to, dt), z, Face::Fast)
+}
+
+/// [`block_solve`] (`span = (from, to, dt)`) with the chosen face: [`Face::Dfdx`] evaluates the
+/// field on dfdx's tape ([`TapedField`]) and steps with the dfdx Runge–Kutta face.
+fn block_solve_with<A: Real>(
+    params: &CnfParams<A>,
+    b: usize,
+    n: usize,
+    probes: Option<&[A]>,
+    (from, to, dt): (f64, f64, f64),
+    z: &[A],
+    face: Face,
+) -> Result<Vec<A>> {
     let tab = params.cfg.solver.tableau();
-    let sol = solve(
-        &field,
-        &Integration::new(
-            &tab,
-            &Controller::constant(dt)?,
-            A::of_f64(from),
-            A::of_f64(to),
-        )
-        .with_options(opts()),
-        z,
-    )?;
+    let ctl = Controller::constant(dt)?;
+    let integration = Integration::new(&tab, &ctl, A::of_f64(from), A::of_f64(to))
+        .with_options(opts())
+        .face(face);
+    let sol = match face {
+        Face::Fast => {
+            let field = BlockField::new(&params.layout, &params.blocks[b], n, tangents(probes));
+            solve(&field, &integration, z)?
+        }
+        Face::Dfdx => solve(&TapedField::new(params, b, n, probes), &integration, z)?,
+    };
     Ok(sol.y_final)
+}
+
+/// The dfdx face of a block's augmented field `[f; trace]`: [`TrainBlock::eval_taped`], the
+/// ConcatSquash layers and their tangents written as dfdx operations, evaluated for its values.
+/// The tape is f64; an f32 state is widened on the way in and each derivative rounded to f32 on
+/// the way out.
+pub struct TapedField {
+    block: TrainBlock,
+}
+
+impl TapedField {
+    /// Block `b` of `params` over a batch of `n` samples (`probes`: Hutchinson, else exact).
+    pub fn new<A: Real>(params: &CnfParams<A>, b: usize, n: usize, probes: Option<&[A]>) -> Self {
+        let wide = |v: &[A]| v.iter().map(|x| x.as_f64()).collect::<Vec<f64>>();
+        TapedField {
+            block: TrainBlock::new(
+                params.layout.clone(),
+                n,
+                probes.map(wide),
+                wide(&params.blocks[b]),
+            ),
+        }
+    }
+}
+
+impl<A: Real> VectorField<A> for TapedField {
+    fn eval(&self, t: A, y: &[A], dy: &mut [A]) {
+        let dev = device();
+        let y: Vec<f64> = y.iter().map(|v| v.as_f64()).collect();
+        let theta = taped_leaf(&dev, &self.block.theta);
+        let out = taped_values(
+            &self
+                .block
+                .eval_taped(t.as_f64(), taped_leaf(&dev, &y), theta),
+        );
+        for (d, o) in dy.iter_mut().zip(out) {
+            *d = A::of_f64(o);
+        }
+    }
+    fn dim(&self) -> Option<usize> {
+        Some(DiffField::dim(&self.block))
+    }
 }
 
 fn finite_or_error<A: Real>(what: &str, v: &[A]) -> Result<()> {
@@ -164,12 +219,23 @@ pub fn log_likelihood<A: Real>(
     x: &[A],
     probes: Option<&[A]>,
 ) -> Result<Vec<A>> {
+    log_likelihood_with(params, x, probes, Face::Fast)
+}
+
+/// [`log_likelihood`] computed with the chosen face: [`Face::Dfdx`] integrates every block with
+/// the dfdx Runge–Kutta face over the taped field ([`TapedField`]).
+pub fn log_likelihood_with<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
+    face: Face,
+) -> Result<Vec<A>> {
     let n = check_batch(&params.cfg, x, probes)?;
     if n <= GRAD_CHUNK {
-        return log_likelihood_chunk(params, 0, x, probes);
+        return log_likelihood_chunk(params, 0, x, probes, face);
     }
     let parts = by_chunks(params.cfg.data_size, x, probes, |i0, x, p| {
-        log_likelihood_chunk(params, i0, x, p)
+        log_likelihood_chunk(params, i0, x, p, face)
     })?;
     Ok(parts.concat())
 }
@@ -202,6 +268,7 @@ fn log_likelihood_chunk<A: Real>(
     first: usize,
     x: &[A],
     probes: Option<&[A]>,
+    face: Face,
 ) -> Result<Vec<A>> {
     let cfg = &params.cfg;
     let n = x.len() / cfg.data_size;
@@ -213,7 +280,7 @@ fn log_likelihood_chunk<A: Real>(
     z.resize(n * (d + 1), A::zero());
     // blocks last to first, each integrated from t1 down to t0; delta carried across blocks
     for b in (0..cfg.blocks).rev() {
-        z = block_solve(params, b, n, probes, cfg.t1, cfg.t0, -cfg.dt0, &z)?;
+        z = block_solve_with(params, b, n, probes, (cfg.t1, cfg.t0, -cfg.dt0), &z, face)?;
     }
     let lp: Vec<A> = (0..n)
         .map(|i| z[n * d + i] + log_normal(&z[i * d..(i + 1) * d]))

@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --release
 cargo run --release -q -p harness -- golden fixtures/golden
+cargo run --release -q -p harness -- golden --face dfdx fixtures/golden
 cargo run --release -q -p harness -- mutants
 # The subject API on a user-written Adam: every law passes on `good`; `buggy` must fail (exit 1).
 cargo run --release -q -p harness --example custom_optimizer -- good

@@ -119,11 +119,12 @@ pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
         "muon" => muon(quick),
         "stack" => stack(quick),
         "cnf" => cnf(quick),
+        "faces" => faces(quick),
         "all" => all(quick, |_| {}).map(|a| a.figures),
         other => Err(crate::reference::Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
-            expected: "one of optim, muon, ode, cnf, stack, all".into(),
+            expected: "one of optim, muon, ode, cnf, stack, faces, all".into(),
         }
         .into()),
     }
@@ -471,6 +472,179 @@ fn ode(quick: bool) -> Result<Vec<Figure>> {
         fig("ode_lv_tsit5_1e-8_us", secs * 1e6, "us"),
         fig("ode_lv_tsit5_1e-8_steps", steps as f64, "steps"),
     ])
+}
+
+/// The kernels `bench faces` times in both faces, with the work each does.
+pub const FACE_KERNELS: [(&str, &str); 7] = [
+    ("adam", "one step, 2^20 f32 parameters"),
+    ("radam", "one step, 2^20 f32 parameters (rectified)"),
+    ("newton_schulz", "5 iterations, 512 x 512 f32"),
+    (
+        "ode_solve",
+        "Lotka-Volterra, Tsit5, PID 1e-8, f64 (the ode figure's solve)",
+    ),
+    (
+        "linesearch",
+        "one sgd + backtracking step, Rosenbrock 2^16, f32",
+    ),
+    ("stacked_init", "8 layers 512-2048-512, f16"),
+    (
+        "cnf_log_density",
+        "256 points, width 64, depth 3, 1 block, f64, exact trace",
+    ),
+];
+
+/// Each kernel in its fast form and its dfdx face, on the same work ([`FACE_KERNELS`]): median
+/// milliseconds of each, and how many times slower the dfdx face is
+/// (`faces_<kernel>_fast_ms`, `faces_<kernel>_dfdx_ms`, `faces_<kernel>_dfdx_over_fast`).
+fn faces(quick: bool) -> Result<Vec<Figure>> {
+    use crate::optim::linesearch::{
+        point, sgd_linesearch, BacktrackingHyper, LineSearch, Objective, Rosenbrock, Staged,
+    };
+    use crate::optim::{adam, apply_updates, radam, Transform};
+    use crate::reference::Face;
+    let reps = if quick { 3 } else { 9 };
+    let mut out = Vec::new();
+    let mut pair = |name: &str, fast: f64, dfdx: f64| {
+        out.push(fig(&format!("faces_{name}_fast_ms"), fast * 1e3, "ms"));
+        out.push(fig(&format!("faces_{name}_dfdx_ms"), dfdx * 1e3, "ms"));
+        out.push(fig(
+            &format!("faces_{name}_dfdx_over_fast"),
+            dfdx / fast,
+            "ratio",
+        ));
+    };
+    let leaf = |v: Vec<f32>| crate::tree::Tree::from_leaves([("w".to_string(), Array::vector(v))]);
+    // Adam and RAdam: fused in place, or the composed update then apply_updates.
+    let n = 1 << 20;
+    let p0 = leaf((0..n).map(|i| (i as f32 * 0.37).sin()).collect())?;
+    let g = leaf((0..n).map(|i| (i as f32 * 0.11).cos()).collect())?;
+    let moments = AdamHyper::default();
+    for (name, radam_rule) in [("adam", false), ("radam", true)] {
+        let hyper = RadamHyper {
+            moments,
+            ..RadamHyper::default()
+        };
+        let mut p = p0.clone();
+        let mut fused = if radam_rule {
+            FusedMoments::radam(1e-3, hyper, Selection::Where, &p)?
+        } else {
+            FusedMoments::adam(1e-3, moments, &p)?
+        };
+        for _ in 0..8 {
+            fused.step(&mut p, &g)?; // past RAdam's switch to the rectified branch
+        }
+        let fast = median_seconds(reps, || fused.step(&mut p, &g).expect("validated"));
+        let composed_step = |p: &crate::tree::Tree<f32>| -> Result<crate::tree::Tree<f32>> {
+            if radam_rule {
+                let opt = radam(1e-3, hyper, Selection::Where)?;
+                let mut s = Transform::init(&opt, p)?;
+                s.0.count = 8;
+                let (u, _) = Transform::update(&opt, &g, &s, p)?;
+                Ok(apply_updates(p, &u)?)
+            } else {
+                let opt = adam(1e-3, moments)?;
+                let s = Transform::init(&opt, p)?;
+                let (u, _) = Transform::update(&opt, &g, &s, p)?;
+                Ok(apply_updates(p, &u)?)
+            }
+        };
+        let dfdx = median_seconds(reps, || {
+            std::hint::black_box(composed_step(&p0).expect("validated"));
+        });
+        pair(name, fast, dfdx);
+    }
+    // Newton-Schulz: planned (symmetric products over a workspace) or composed dfdx matmuls.
+    {
+        use crate::optim::muon::{coeffs::STANDARD, orthogonalize_composed, NsPlan};
+        let m = 512;
+        let x: Vec<f32> = (0..m * m).map(|i| ((i as f32) * 0.618).sin()).collect();
+        let coeffs = Array::new(vec![3], STANDARD.to_vec())?;
+        let mut plan = NsPlan::<f32>::new(m, m);
+        let mut y = vec![0.0f32; m * m];
+        plan.run(&x, &coeffs, 5, 1e-8, &mut y);
+        let fast = median_seconds(reps, || {
+            plan.run(&x, &coeffs, 5, 1e-8, &mut y);
+        });
+        let xa = Array::new(vec![m, m], x.clone())?;
+        let dfdx = median_seconds(reps, || {
+            std::hint::black_box(orthogonalize_composed(&xa, &coeffs, 5, 1e-8f32));
+        });
+        pair("newton_schulz", fast, dfdx);
+    }
+    // The ODE figure's solve in each face.
+    {
+        use crate::ode::{fixtures::LotkaVolterra, solve, Controller, Solver};
+        let lv = LotkaVolterra::new(1.1, 0.4, 0.4, 0.1)?;
+        let (tab, ctl) = (Solver::Tsit5.tableau(), Controller::pid(1e-8, 1e-10)?);
+        let time = |face| {
+            let i = Integration::new(&tab, &ctl, 0.0, 15.0)
+                .save_steps(false)
+                .face(face);
+            median_seconds(reps, || {
+                std::hint::black_box(solve(&lv, &i, &[10.0f64, 10.0]).expect("validated"));
+            })
+        };
+        pair("ode_solve", time(Face::Fast), time(Face::Dfdx));
+    }
+    // The line-search figure's step with each face's kernels.
+    {
+        let dim = LINESEARCH_DIM;
+        let x0 = point::<f32>(
+            &(0..dim)
+                .map(|i| 0.5 + 0.1 * (i as f64).sin())
+                .collect::<Vec<_>>(),
+        );
+        let time = |face| -> Result<f64> {
+            let mut opt = sgd_linesearch(BacktrackingHyper::new(15))?;
+            opt.1 = opt.1.with_face(face);
+            let state = opt.init(&x0)?;
+            let mut staged = Staged::new(opt).with_max_traces(1);
+            let (v, g) = Rosenbrock.value_and_grad(&x0)?;
+            Ok(median_seconds(reps, || {
+                let (u, _) = staged
+                    .update(&g, &state, &x0, v, &g, &Rosenbrock)
+                    .expect("valid");
+                std::hint::black_box(u);
+            }))
+        };
+        let (fast, dfdx) = (time(Face::Fast)?, time(Face::Dfdx)?);
+        pair("linesearch", fast, dfdx);
+    }
+    // Stacked init: chunked-direct, or the dfdx face (every layer in f32, to_dtype, stack).
+    {
+        use crate::stack::{build, dfdx_face, StackConfig, Strategy};
+        let cfg = StackConfig::new(8, 512, 2048, crate::backend::DType::F16)?;
+        let fast = median_seconds(reps, || {
+            std::hint::black_box(
+                build::<half::f16>(&cfg, 1, Strategy::ChunkedDirect, &mut ()).expect("valid"),
+            );
+        });
+        let dfdx = median_seconds(reps, || {
+            std::hint::black_box(dfdx_face::build::<half::f16>(&cfg, 1).expect("valid"));
+        });
+        pair("stacked_init", fast, dfdx);
+    }
+    // CNF log-density: the hand-written field, or the taped field with the dfdx step.
+    {
+        use crate::cnf::flow::log_likelihood_with;
+        use crate::cnf::{CnfConfig, CnfParams};
+        let cfg = CnfConfig {
+            width: 64,
+            depth: 3,
+            blocks: 1,
+            ..CnfConfig::default()
+        };
+        let params = CnfParams::<f64>::init(cfg, 3)?;
+        let x: Vec<f64> = (0..512).map(|i| (i as f64 * 0.3).sin()).collect();
+        let time = |face| {
+            median_seconds(reps.min(3), || {
+                std::hint::black_box(log_likelihood_with(&params, &x, None, face).expect("valid"));
+            })
+        };
+        pair("cnf_log_density", time(Face::Fast), time(Face::Dfdx));
+    }
+    Ok(out)
 }
 
 /// Dimension of the line-search figure.

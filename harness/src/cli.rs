@@ -72,7 +72,7 @@ enum Cmd {
     },
     /// Time the reference against the physical limit measured in the same run.
     Bench {
-        /// optim, muon, ode, cnf, stack, all
+        /// optim, muon, ode, cnf, stack, all; faces (each kernel in its fast form and its dfdx face)
         area: String,
         /// Fewer repetitions (a smoke run; figures are noisier).
         #[arg(long)]

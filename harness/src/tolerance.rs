@@ -129,6 +129,19 @@ pub const CNF_MANUAL_VJP: Tol = Tol {
     atol: 1e-11,
 };
 
+/// The CNF block field `[f; trace]` (f64) computed by the fast hand-written forward
+/// ([`crate::cnf::field`]) vs its dfdx face on the tape ([`crate::cnf::flow::TapedField`]), at
+/// one point. One evaluation is at most `4` layers of `<= 9`-term sums plus the tangent products
+/// (`d <= 3` of them), each in another order (stacked vs separate products): a few ulp per
+/// operation over `~ 100` operations on a path, `~ 100 * 2.2e-16 ~ 2e-14` relative to the
+/// output's scale. Hence `rtol = 1e-12, atol = 1e-13` (50x that). Observed: worst 4.4e-16
+/// absolute (2.2e-14 relative to the largest output) over 2000 generated cases (exact trace). A wrong term (a trace sign, a dropped bias) misses by
+/// O(1e-2).
+pub const CNF_FIELD_FACES: Tol = Tol {
+    rtol: 1e-12,
+    atol: 1e-13,
+};
+
 /// Conformance of an independent implementation of an optimizer to the reference, step for step:
 /// the tolerances the optimizer golden cases record (`fixtures/gen/gen_optim.py`'s `TOLERANCE`:
 /// f32 `rtol 2e-4, atol 1e-6`, f64 `rtol 1e-9, atol 1e-12`), under which the reference itself

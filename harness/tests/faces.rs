@@ -1,10 +1,13 @@
 //! The laws that tie each fast kernel to its dfdx face hold on the reference and fail, with a
 //! small counterexample, on a planted difference: a stage weight, a step whose last stage misses
-//! the exact end of the step, a wrong sign in the Armijo test, layers stacked out of order.
+//! the exact end of the step, a wrong sign in the Armijo test, a CNF trace of the wrong sign,
+//! layers stacked out of order.
 
 mod common;
 use common::assert_law_holds;
 use harness::backend::{Array, DfdxFromF32, Float, Real};
+use harness::cnf::CnfParams;
+use harness::laws::cnf::{fast_field, field_faces_agree_with, model_case};
 use harness::laws::linesearch::{
     faces_agree_with as linesearch_faces_agree_with, ls_case, KernelSubject,
 };
@@ -18,6 +21,7 @@ use harness::reference::backend::device;
 use harness::stack::dfdx_face::{layer_values, stack_cast};
 use harness::stack::{AnyBuilt, Built, Observer, StackConfig, Stacked, Strategy, TensorId};
 use harness::tree::Tree;
+use proptest::prelude::any;
 
 #[test]
 fn ode_fast_step_and_solve_equal_the_dfdx_face() {
@@ -32,6 +36,11 @@ fn linesearch_fast_kernels_equal_the_dfdx_face() {
 #[test]
 fn stack_strategies_equal_the_dfdx_face() {
     assert_law_holds("stack_faces_agree");
+}
+
+#[test]
+fn cnf_fast_field_equals_the_dfdx_face() {
+    assert_law_holds("cnf_field_faces_agree");
 }
 
 /// Run `law` on 256 drawn cases; the shrunk counterexample of its failure.
@@ -157,6 +166,35 @@ fn linesearch_faces_law_catches_a_wrong_armijo_sign() {
     let c = caught("linesearch_faces_agree", ls_case(), |c| {
         linesearch_faces_agree_with(c, &KernelSubject(WrongArmijoSign))
     });
+    println!("{c}");
+}
+
+/// The fast CNF field with the trace's sign flipped (the divergence entering the log-density with
+/// the wrong sign).
+#[allow(clippy::too_many_arguments)]
+fn trace_negated(
+    p: &CnfParams<f64>,
+    b: usize,
+    n: usize,
+    probes: Option<&[f64]>,
+    t: f64,
+    y: &[f64],
+    out: &mut [f64],
+) {
+    fast_field(p, b, n, probes, t, y, out);
+    for v in &mut out[n * p.cfg.data_size..] {
+        *v = -*v;
+    }
+}
+
+#[test]
+fn cnf_field_faces_law_catches_a_trace_of_the_wrong_sign() {
+    let c = caught(
+        "cnf_field_faces_agree",
+        (model_case(6), any::<bool>()),
+        |c| field_faces_agree_with(c, trace_negated),
+    );
+    assert!(c.contains("trace"), "{c}");
     println!("{c}");
 }
 

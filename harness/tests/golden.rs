@@ -44,7 +44,14 @@ fn every_committed_golden_case_passes_through_the_dfdx_face() {
         match case.kind.as_str() {
             "ode" | "linesearch" => assert_eq!(fast.output_bits, dfdx.output_bits, "{name}"),
             kind if fast.output_bits != dfdx.output_bits => {
-                differing.insert(if name.starts_with("muon") { "muon" } else { kind }.to_string());
+                differing.insert(
+                    if name.starts_with("muon") {
+                        "muon"
+                    } else {
+                        kind
+                    }
+                    .to_string(),
+                );
             }
             _ => {}
         }

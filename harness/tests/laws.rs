@@ -86,6 +86,7 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "ode_step_faces_agree",
         "linesearch_faces_agree",
         "stack_faces_agree",
+        "cnf_field_faces_agree",
     ];
     for law in laws::registry() {
         assert!(

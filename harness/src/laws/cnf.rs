@@ -8,11 +8,11 @@
 use super::{check_property, Family, Law};
 use crate::cnf::data::Dataset;
 use crate::cnf::field::{BlockField, Tangents};
-use crate::cnf::flow;
+use crate::cnf::flow::{self, TapedField};
 use crate::cnf::train::{TrainConfig, TrainState, Trainer};
 use crate::cnf::{CnfConfig, CnfParams, TraceEstimator};
 use crate::ode::grad::GradMode;
-use crate::ode::Solver;
+use crate::ode::{Solver, VectorField};
 use crate::tolerance;
 use proptest::prelude::*;
 
@@ -704,6 +704,64 @@ fn train_trace_once_on_this_pool(c: &TrainCase, subject: MakeTrainSubject) -> Re
     Ok(())
 }
 
+// ----------------------------------------------------------------------------------------------
+// The fast field equals its dfdx face
+
+/// A block field under test: `[f; trace]` of block `b` of `params` over `n` samples.
+pub type FieldFn = fn(&CnfParams<f64>, usize, usize, Option<&[f64]>, f64, &[f64], &mut [f64]);
+
+/// The fast field ([`BlockField`], the hand-written forward and tangents).
+pub fn fast_field(
+    p: &CnfParams<f64>,
+    b: usize,
+    n: usize,
+    probes: Option<&[f64]>,
+    t: f64,
+    y: &[f64],
+    out: &mut [f64],
+) {
+    let tangents = probes.map_or(Tangents::Exact, Tangents::Probes);
+    BlockField::new(&p.layout, &p.blocks[b], n, tangents).eval(t, y, out);
+}
+
+/// `field` gives every block's `[f; trace]` of the dfdx face ([`TapedField`], the ConcatSquash
+/// layers and their tangents on dfdx's tape) within [`tolerance::CNF_FIELD_FACES`], at `t` in
+/// `{0, 0.3, 1}` and the case's points (trace slots holding `0.5`), exact and Hutchinson traces.
+pub fn field_faces_agree_with(c: &(ModelCase, bool), field: FieldFn) -> Result<(), String> {
+    let (model, hutchinson) = c;
+    let mut p = model.params();
+    let d = p.cfg.data_size;
+    let n = model.x.len() / d;
+    let probes = hutchinson.then(|| {
+        p.cfg.trace = TraceEstimator::Hutchinson(crate::cnf::Probe::Gaussian);
+        gaussian_probes(model.seed, n, d)
+    });
+    let mut y = model.x.clone();
+    y.resize(n * (d + 1), 0.5);
+    let tol = tolerance::CNF_FIELD_FACES;
+    for b in 0..p.cfg.blocks {
+        let face = TapedField::new(&p, b, n, probes.as_deref());
+        for t in [0.0, 0.3, 1.0] {
+            let (mut got, mut want) = (vec![0.0; y.len()], vec![0.0; y.len()]);
+            field(&p, b, n, probes.as_deref(), t, &y, &mut got);
+            face.eval(t, &y, &mut want);
+            if let Some(i) = (0..y.len()).find(|&i| !tol.close(got[i], want[i])) {
+                let what = if i < n * d { "f" } else { "trace" };
+                return Err(format!(
+                    "block {b}, t = {t}: {what}[{i}] = {:.15e}, dfdx face {:.15e}",
+                    got[i], want[i]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`field_faces_agree_with`] on the fast field.
+pub fn field_faces_agree(c: &(ModelCase, bool)) -> Result<(), String> {
+    field_faces_agree_with(c, fast_field)
+}
+
 pub(crate) fn laws() -> Vec<Law> {
     vec![
         Law {
@@ -788,6 +846,22 @@ pub(crate) fn laws() -> Vec<Law> {
                 check_property("cnf_hand_vjp_matches_tape", c, s, vjp_case(), |x| {
                     hand_vjp_matches_tape_with(x, flow::loss_and_grad)
                 })
+            },
+        },
+        Law {
+            name: "cnf_field_faces_agree",
+            family: Family::Numerics,
+            summary: "the hand-written block field [f; trace] equals its dfdx face on the tape within CNF_FIELD_FACES, exact and Hutchinson",
+            default_cases: 64,
+            measures_memory: false,
+            run: |c, s| {
+                check_property(
+                    "cnf_field_faces_agree",
+                    c,
+                    s,
+                    (model_case(6), any::<bool>()),
+                    field_faces_agree,
+                )
             },
         },
         Law {

@@ -285,7 +285,7 @@ mod tests {
         let cmp = replay_doc(&doc(file)).unwrap();
         assert!(cmp.passed(), "{file}: {}", cmp.detail());
         let c = parse_case(&case_of(&doc(file)).unwrap()).unwrap();
-        run_in::<f64>(&c).unwrap().2
+        run_in::<f64>(&c, Face::Fast).unwrap().2
     }
 
     /// A format-check case with no kind-specific fields, for the parser tests.
@@ -332,7 +332,7 @@ mod tests {
 
     fn solved_ts(file: &str) -> Vec<f64> {
         let c = parse_case(&case_of(&doc(file)).unwrap()).unwrap();
-        run_in::<f64>(&c).unwrap().0
+        run_in::<f64>(&c, Face::Fast).unwrap().0
     }
 
     #[test]

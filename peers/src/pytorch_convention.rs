@@ -172,7 +172,7 @@ pub fn pytorch_spec(case: &OptCase, algorithm: Algorithm) -> OptimizerSpec {
 }
 
 /// Step for step, the subject's updates equal [`reference_updates`]' within
-/// [`tolerance::conformance`], on the [`pytorch_case`] of `case` when it is in the finiteness
+/// [`harness::tolerance::conformance`], on the [`pytorch_case`] of `case` when it is in the finiteness
 /// domain, for each algorithm whose [`pytorch_spec`] is [`expressible`] and built by `make`;
 /// `Err` names the first element that differs. [`Compared::Yes`] when at least one algorithm
 /// was compared.

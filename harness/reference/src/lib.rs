@@ -17,6 +17,11 @@
 //!   [`tree`], [`backend`], [`pool`]: the tensor trees, the dfdx and GEMM plumbing and the
 //!   fork-join threads the kernels share.
 //!
+//! Every kernel has a dfdx face — its formulas as dfdx tensor operations, the form to read — and
+//! most a fast form that runs by default; [`Face`] selects one where both can run (the ODE solve,
+//! the line search, Muon's Newton–Schulz, the CNF log-density), and the stacked init's face is
+//! [`stack::dfdx_face`].
+//!
 //! This crate knows nothing of verification: the laws that judge it (and any other
 //! implementation of the same algorithms) live in the `harness` crate.
 //!

@@ -1,26 +1,38 @@
-//! Replays the committed `peer_ode` corpus and every minimised crash (fixtures/regressions/
-//! peer_ode/, each with a line in fixtures/regressions/README.md on what broke) through the
-//! entry point the fuzz target uses.
+//! Replays the committed `peer_ode` and `peer_optim` corpora and every minimised crash
+//! (fixtures/regressions/peer_*/, each with a line in fixtures/regressions/README.md on what
+//! broke) through the entry points the fuzz targets use.
 
 use std::path::Path;
 
-#[test]
-fn peer_ode_corpus_and_regressions_replay_clean() {
+/// Every committed input of `target` through `run`; how many there were.
+fn replay(target: &str, run: fn(&[u8]) -> Result<(), String>) -> usize {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
     let mut n = 0;
     for dir in ["corpus", "regressions"] {
-        let Ok(entries) = std::fs::read_dir(root.join(dir).join("peer_ode")) else {
+        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else {
             continue;
         };
         for e in entries {
             let p = e.unwrap().path();
-            if let Err(msg) = peers::fuzz::ode(&std::fs::read(&p).unwrap()) {
+            if let Err(msg) = run(&std::fs::read(&p).unwrap()) {
                 panic!("{}: {msg}", p.display());
             }
             n += 1;
         }
     }
+    n
+}
+
+#[test]
+fn peer_ode_corpus_and_regressions_replay_clean() {
+    let n = replay("peer_ode", peers::fuzz::ode);
     assert!(n >= 2, "only {n} inputs replayed");
+}
+
+#[test]
+fn peer_optim_corpus_and_regressions_replay_clean() {
+    let n = replay("peer_optim", peers::fuzz::optim);
+    assert!(n >= 4, "only {n} inputs replayed");
 }
 
 #[test]

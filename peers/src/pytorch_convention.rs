@@ -43,8 +43,9 @@ use harness::laws::radam::{finiteness_domain, leaf};
 use harness::laws::strategies::OptCase;
 use harness::optim::{self, RadamHyper, Selection, Transform};
 use harness::reference::{Error, Result};
-use harness::subject::optimizer::{spec_of, Algorithm, Factory, Optimizer, OptimizerSpec};
-use harness::tolerance;
+use harness::subject::optimizer::{
+    compare_step_for_step, spec_of, Algorithm, Factory, Optimizer, OptimizerSpec,
+};
 use harness::tree::{apply_updates, Tree};
 
 /// optax's `threshold` that makes `rho_t >= threshold` PyTorch's `rho_t > 5`: the next f64 above 5.
@@ -212,34 +213,14 @@ fn matches_one<E: Real, O: Optimizer<E>>(
         }
         Err(e) => return Err(format!("make({spec:?}) failed: {e}")),
     };
-    let tol = tolerance::conformance(E::DTYPE);
-    let mut p = params;
-    let mut state = opt.init(&p).map_err(|e| format!("init: {e}"))?;
-    for (t, (g, w)) in grads.iter().zip(&want).enumerate() {
-        let (u, next) = opt
-            .update(g, &state, &p)
-            .map_err(|e| format!("step {}: {e}", t + 1))?;
-        u.check_like(w, "updates")
-            .map_err(|e| format!("step {}: {e}", t + 1))?;
-        for (name, got) in u.iter() {
-            let reference = w.get(name).expect("same leaves");
-            for (i, (a, b)) in got.data().iter().zip(reference.data()).enumerate() {
-                let (a, b) = (a.as_f64(), b.as_f64());
-                if !tol.close(a, b) {
-                    return Err(format!(
-                        "{:?} {} step {}: updates.{name}[{i}] = {a:e}, PyTorch-convention reference {b:e} (|diff| {:e} > {:e} = atol + rtol |reference|)",
-                        spec.algorithm,
-                        E::DTYPE,
-                        t + 1,
-                        (a - b).abs(),
-                        tol.atol + tol.rtol * b.abs()
-                    ));
-                }
-            }
-        }
-        p = apply_updates(&p, &u).map_err(|e| e.to_string())?;
-        state = next;
-    }
+    compare_step_for_step(
+        &mut opt,
+        params,
+        &grads,
+        &want,
+        |at| format!("{:?} {} step {at}", spec.algorithm, E::DTYPE),
+        "PyTorch-convention reference",
+    )?;
     Ok(Compared::Yes)
 }
 

@@ -403,24 +403,63 @@ pub fn matches_reference<E: Float, O: Optimizer<E>>(
     let Some(mut opt) = build(case, make)? else {
         return Ok(());
     };
+    compare_step_for_step(
+        &mut opt,
+        params,
+        &grads,
+        &want,
+        |at| format!("{:?} step {at}", spec.algorithm),
+        "reference",
+    )
+}
+
+/// Run `opt` from `params` over `grads`, each update applied before the next step, and compare
+/// every update with `want` (one tree per step) within [`tolerance::conformance`] of `E`.
+/// `Err` names the step (`at(step)`, 1-based), the leaf and element, the two values, and the
+/// comparison's name (`reference` in the messages), or the subject's own error.
+///
+/// # References
+/// - [`matches_reference`] (the law built on it, against optax's convention).
+///
+/// ```
+/// use harness::laws::radam::leaf;
+/// use harness::optim::{self, AdamHyper};
+/// use harness::subject::optimizer::{compare_step_for_step, Staged};
+/// let hyper = AdamHyper { eps: 0.0, ..AdamHyper::default() };
+/// let make = || Staged::new(optim::adam(0.1, hyper).unwrap());
+/// let (p, g) = (leaf::<f64>(&[1.0]), vec![leaf::<f64>(&[0.5]); 2]);
+/// // with eps = 0 and a constant gradient, every Adam step is -lr * sign(g) up to rounding
+/// let want = vec![leaf::<f64>(&[-0.1]); 2];
+/// assert!(compare_step_for_step(&mut make(), p.clone(), &g, &want, |t| format!("step {t}"), "reference").is_ok());
+/// let wrong = vec![leaf::<f64>(&[-0.2]); 2];
+/// let e = compare_step_for_step(&mut make(), p, &g, &wrong, |t| format!("step {t}"), "reference");
+/// assert!(e.unwrap_err().starts_with("step 1: updates.w[0]"));
+/// ```
+pub fn compare_step_for_step<E: Float, O: Optimizer<E>>(
+    opt: &mut O,
+    params: Tree<E>,
+    grads: &[Tree<E>],
+    want: &[Tree<E>],
+    at: impl Fn(usize) -> String,
+    reference: &str,
+) -> std::result::Result<(), String> {
     let tol = tolerance::conformance(E::DTYPE);
-    let mut p = params.clone();
+    let mut p = params;
     let mut state = opt.init(&p).map_err(|e| format!("init: {e}"))?;
-    for (t, (g, w)) in grads.iter().zip(&want).enumerate() {
+    for (t, (g, w)) in grads.iter().zip(want).enumerate() {
         let (u, next) = opt
             .update(g, &state, &p)
             .map_err(|e| format!("step {}: {e}", t + 1))?;
         u.check_like(w, "updates")
             .map_err(|e| format!("step {}: {e}", t + 1))?;
         for (name, got) in u.iter() {
-            let reference = w.get(name).expect("same leaves");
-            for (i, (a, b)) in got.data().iter().zip(reference.data()).enumerate() {
+            let expected = w.get(name).expect("same leaves");
+            for (i, (a, b)) in got.data().iter().zip(expected.data()).enumerate() {
                 let (a, b) = (a.as_f64(), b.as_f64());
                 if !tol.close(a, b) {
                     return Err(format!(
-                        "{:?} step {}: updates.{name}[{i}] = {a:e}, reference {b:e} (|diff| {:e} > {:e} = atol + rtol |reference|)",
-                        spec.algorithm,
-                        t + 1,
+                        "{}: updates.{name}[{i}] = {a:e}, {reference} {b:e} (|diff| {:e} > {:e} = atol + rtol |reference|)",
+                        at(t + 1),
                         (a - b).abs(),
                         tol.atol + tol.rtol * b.abs()
                     ));

@@ -326,3 +326,41 @@ fn finding_candle_radam_rectified_step_is_infinite_where_the_exact_update_is_fin
     let seen = after_steps(&mut adam, &w, &grad, 6);
     assert!(seen.iter().all(|x| x[0].is_finite()), "{seen:?}");
 }
+
+#[test]
+fn finding_candle_nn_model_cast_with_to_dtype_keeps_every_f32_variable_alive() {
+    // docs/findings/candle-nn-to-dtype-keeps-f32-variables.md
+    use peers::candle_nn_stack_adapter::{
+        blocks_from, build, held_bound, measure, table_config, Block, Path,
+    };
+    let cfg = table_config();
+    let f32_bytes = cfg.params() * 4;
+    // the adapter's f32-then-cast build: the f16 model holds its parameters and the f32 ones
+    let m = measure(&cfg, Path::F32ThenCast, &build).unwrap();
+    assert_eq!(m.param_bytes, cfg.final_bytes());
+    assert!(m.held_bytes >= m.final_bytes + f32_bytes, "{m:?}");
+    assert!(m.held_bytes > held_bound(&cfg), "{m:?}");
+    // the same build with each cast detached from the graph: the f32 variables are freed
+    let detached = |cfg: &harness::stack::StackConfig, _: Path| -> Result<Vec<Block>, String> {
+        let varmap = candle_nn::VarMap::new();
+        let vb = candle_nn::VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+        let cast = |l: &candle_nn::Linear| {
+            let w = l.weight().to_dtype(DType::F16).unwrap().detach();
+            let b = l.bias().map(|b| b.to_dtype(DType::F16).unwrap().detach());
+            candle_nn::Linear::new(w, b)
+        };
+        Ok(blocks_from(&vb, cfg)?
+            .iter()
+            .map(|b| Block {
+                up: cast(&b.up),
+                down: cast(&b.down),
+            })
+            .collect())
+    };
+    let d = measure(&cfg, Path::F32ThenCast, &detached).unwrap();
+    assert_eq!(d.param_bytes, cfg.final_bytes());
+    assert!(d.held_bytes <= held_bound(&cfg), "{d:?}");
+    assert!(d.held_bytes < m.final_bytes + f32_bytes / 8, "{d:?}");
+    // the peak is the same either way: every f32 layer and its cast are alive at once
+    assert!(d.peak_bytes >= m.final_bytes + f32_bytes, "{d:?}");
+}

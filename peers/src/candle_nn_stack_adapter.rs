@@ -196,11 +196,9 @@ pub fn measure(cfg: &StackConfig, path: Path, build: &Builder) -> Result<InitPea
     // once per thread, and would otherwise count towards the first measurement only
     let warm = StackConfig::new(1, 1, 1, cfg.dtype()).map_err(|e| e.to_string())?;
     drop(build(&warm, path)?);
-    let (model, m) = probe::measure_in(Scope::ThisThread, || {
-        let model = build(cfg, path);
-        // the model is still alive here: live bytes at the end are what it holds
-        model
-    });
+    // `measure_in` reads the counters while the returned model is still alive: the live bytes
+    // at the end are what the model holds
+    let (model, m) = probe::measure_in(Scope::ThisThread, || build(cfg, path));
     let model = model?;
     let mut param_bytes = 0;
     for t in model.iter().flat_map(Block::tensors) {

@@ -17,6 +17,19 @@
 //! [`MAX_CONSTANT_STEPS`] steps are not sent: `Rk4` has no step limit and keeps every step's state,
 //! so such a request is a request for that much memory, not a defect.
 //!
+//! `peer_optim` decodes the reference's `radam` input ([`harness::laws::fuzz::RadamInput`]: raw
+//! hyperparameters, dtype, up to 64 elements and 16 steps of any gradients) and runs it through
+//! candle-optimisers' Adam and RAdam (f16 cases run in f32). What must hold: no panic; every step
+//! the peer accepts inside the reference's finiteness domain
+//! ([`harness::laws::radam::finiteness_domain`]: finite data, hyperparameters in range, a
+//! bounded update) gives finite updates. Not re-reported: invalid hyperparameters the peer
+//! accepts and zero-element parameters it refuses (`docs/findings/candle-optimisers-*.md`), an
+//! `eps` that is zero in the dtype the peer runs in (accepted, then `0/0` on a zero gradient:
+//! `docs/findings/candle-optimisers-invalid-hyperparameters.md`), and RAdam with an `eps` whose
+//! reciprocal overflows in that dtype (its rectified factor `sqrt(1 - b2^t) / (sqrt(v_t) + eps)`
+//! becomes infinite where `v_t = 0`: `docs/findings/candle-optimisers-radam-rectified-factor-overflow.md`);
+//! see [`known_optim_finding`].
+//!
 //! # References
 //! - `harness::laws::fuzz` (the reference's targets and their input types).
 //! - `fuzz/README.md` (how to run a campaign; where minimised crashes are committed).
@@ -26,10 +39,15 @@
 //! assert!(peers::fuzz::ode(&[0u8; 64]).is_ok());
 //! ```
 
+use crate::candle_optimisers_adapter::{make_adam, make_radam};
 use crate::ode_solvers_adapter::{Method, OdeSolvers};
 use arbitrary::{Arbitrary, Unstructured};
-use harness::laws::fuzz::OdeInput;
+use harness::backend::DType;
+use harness::laws::fuzz::{OdeInput, RadamInput};
+use harness::laws::radam::{finiteness_domain, leaf};
+use harness::laws::strategies::OptCase;
 use harness::subject::ode::{OdeSolver, SolveRequest, Stepping};
+use harness::subject::optimizer::{Algorithm, Optimizer, OptimizerSpec};
 use std::sync::Arc;
 
 /// Most constant steps a fuzzed request may ask a peer for.
@@ -117,6 +135,110 @@ pub fn ode(data: &[u8]) -> Result<(), String> {
                 report.accepted, report.rejected, r.max_steps
             )));
         }
+    }
+    Ok(())
+}
+
+/// Whether `case`, run in the peer by `algorithm` in `case.dtype` (f32 or f64), is inside a
+/// published finding about non-finite updates, so not re-reported:
+///
+/// - `eps` rounds to zero in the dtype (the reference refuses it: `AdamHyper::validate_for`);
+///   the peer accepts it and divides `0/0` on a zero gradient
+///   (`docs/findings/candle-optimisers-invalid-hyperparameters.md`, "An `eps` that is zero in
+///   the parameters' dtype");
+/// - RAdam, and `1 / eps` overflows in the dtype: the rectified factor's denominator
+///   `sqrt(v_t) + eps` is then below `1 / MAX` wherever `v_t = 0`, and the peer's reciprocal of
+///   it is infinite (`docs/findings/candle-optimisers-radam-rectified-factor-overflow.md`). A
+///   denominator is never below `eps`, so no other input can reach that overflow.
+///
+/// ```
+/// use harness::laws::strategies::OptCase;
+/// use harness::backend::DType;
+/// use harness::optim::RadamHyper;
+/// use harness::subject::optimizer::Algorithm;
+/// let mut case = OptCase { hyper: RadamHyper::default(), learning_rate: 1e-3, dtype: DType::F64,
+///     params: vec![0.0], grads: vec![vec![1e-170]; 6] };
+/// case.hyper.moments.eps = 1e-320;
+/// assert!(peers::fuzz::known_optim_finding(Algorithm::RAdam, &case));
+/// assert!(!peers::fuzz::known_optim_finding(Algorithm::Adam, &case));
+/// case.hyper.moments.eps = 1e-300;
+/// assert!(!peers::fuzz::known_optim_finding(Algorithm::RAdam, &case));
+/// ```
+pub fn known_optim_finding(algorithm: Algorithm, case: &OptCase) -> bool {
+    let m = &case.hyper.moments;
+    let (zero_in_dtype, reciprocal_overflows) = if case.dtype == DType::F64 {
+        (m.validate_for::<f64>().is_err(), !(1.0 / m.eps).is_finite())
+    } else {
+        let eps = m.eps as f32;
+        (m.validate_for::<f32>().is_err(), !(1.0 / eps).is_finite())
+    };
+    zero_in_dtype || (algorithm == Algorithm::RAdam && reciprocal_overflows)
+}
+
+/// The `peer_optim` target (module docs): `Err` names the optimizer, the case and what broke.
+pub fn optim(data: &[u8]) -> Result<(), String> {
+    let Ok(input) = RadamInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return Ok(());
+    };
+    let mut case = input.to_case();
+    if case.dtype == DType::F16 {
+        case.dtype = DType::F32; // the peer runs f32 and f64
+    }
+    // published findings: out-of-range hyperparameters are accepted, empty parameters refused
+    if !finiteness_domain(&case) || case.params.is_empty() {
+        return Ok(());
+    }
+    for algorithm in [Algorithm::Adam, Algorithm::RAdam] {
+        let spec = OptimizerSpec {
+            algorithm,
+            learning_rate: case.learning_rate,
+            hyper: case.hyper,
+        };
+        let make = if algorithm == Algorithm::Adam {
+            make_adam
+        } else {
+            make_radam
+        };
+        let Ok(opt) = make(&spec) else {
+            continue; // not expressible in the peer's parameters
+        };
+        if known_optim_finding(algorithm, &case) {
+            continue;
+        }
+        let broke = |what: String| format!("candle-optimisers {algorithm:?}: {what} on {case:?}");
+        let result = if case.dtype == DType::F64 {
+            steps::<f64, _>(opt, &case)
+        } else {
+            steps::<f32, _>(opt, &case)
+        };
+        result.map_err(broke)?;
+    }
+    Ok(())
+}
+
+/// Run every step of `case` through `opt`: `Err` at the first non-finite update; a typed error
+/// from the peer ends the run quietly.
+fn steps<E: harness::backend::Real, O: Optimizer<E>>(
+    mut opt: O,
+    case: &OptCase,
+) -> Result<(), String> {
+    let mut params = leaf::<E>(&case.params);
+    let Ok(mut state) = opt.init(&params) else {
+        return Ok(());
+    };
+    for (i, g) in case.grads.iter().enumerate() {
+        let Ok((updates, next)) = opt.update(&leaf::<E>(g), &state, &params) else {
+            return Ok(());
+        };
+        let u = updates
+            .get("w")
+            .map(|a| a.data().to_vec())
+            .unwrap_or_default();
+        if u.iter().any(|v| !harness::backend::Float::is_finite(*v)) {
+            return Err(format!("step {}: non-finite update {u:?}", i + 1));
+        }
+        params = harness::tree::apply_updates(&params, &updates).map_err(|e| e.to_string())?;
+        state = next;
     }
     Ok(())
 }

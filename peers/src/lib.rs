@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `ode_solvers` | 0.6.2 | `Dopri5`, `Dop853` (adaptive), `Rk4` (constant steps), through [`ode_solvers_adapter`] |
 //! | `candle-optimisers` | 0.10.2 | `Adam` (the optimizer suite, optax's convention), `RAdam` (the optimizer suite's laws with the reference in PyTorch's convention, [`pytorch_convention`]), on `candle-core` 0.10.2's CPU device, through [`candle_optimisers_adapter`] |
+//! | `candle-nn` | 0.10.2 | a stack of linear layers built through `VarMap`/`VarBuilder` in f32 then cast to f16, or directly in f16: measured peaks against the reference's analytic bounds, through [`candle_nn_stack_adapter`] |
 //!
 //! A failing row is a finding about the peer, not a failure of the run: the adapters pass the
 //! request through as the peer's documentation says to, and never work around a peer's
@@ -21,6 +22,7 @@
 //! println!("{}", peers::markdown_table(&rows));
 //! ```
 
+pub mod candle_nn_stack_adapter;
 pub mod candle_optimisers_adapter;
 pub mod fuzz;
 pub mod ode_solvers_adapter;
@@ -87,7 +89,8 @@ pub fn subjects() -> Vec<(&'static str, &'static str, Arc<dyn OdeSolver>)> {
         .collect()
 }
 
-/// Run every law of every peer subject: the ODE solvers, then the optimizers.
+/// Run every law of every peer subject: the ODE solvers, the optimizers, then the stacked
+/// initialisation of candle-nn.
 pub fn run(opts: &RunOptions) -> Vec<Row> {
     let mut rows = Vec::new();
     for (krate, version, solver) in subjects() {
@@ -126,6 +129,19 @@ pub fn run(opts: &RunOptions) -> Vec<Row> {
         &report.laws,
         &report.not_applicable,
     );
+    let cfg = candle_nn_stack_adapter::table_config();
+    for (path, law, verdict) in
+        candle_nn_stack_adapter::check(&cfg, &candle_nn_stack_adapter::build)
+    {
+        rows.push(Row {
+            krate: "candle-nn".into(),
+            version: candle_nn_stack_adapter::VERSION.into(),
+            subject: path.subject().into(),
+            law: law.into(),
+            verdict: if verdict.is_ok() { "pass" } else { "fail" }.into(),
+            evidence: one_line(verdict.as_ref().unwrap_or_else(|e| e)),
+        });
+    }
     rows
 }
 

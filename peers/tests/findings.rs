@@ -225,3 +225,142 @@ fn observed_candle_radam_allocates_more_per_step_once_rectified_and_keeps_live_b
     // and nothing stays alive after a step
     assert!(per_step[1..].iter().all(|s| s.1 == 0), "{per_step:?}");
 }
+
+/// The parameters after `steps` steps of `opt` from `w`, each on the gradient `g`.
+fn after_steps<O: Optimizer>(opt: &mut O, w: &Var, g: &Tensor, steps: usize) -> Vec<Vec<f64>> {
+    (0..steps)
+        .map(|_| {
+            opt.step(&grads_for(w, g)).expect("stepped");
+            w.as_tensor()
+                .to_dtype(DType::F64)
+                .unwrap()
+                .to_vec1::<f64>()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn finding_candle_adam_and_radam_accept_an_eps_that_is_zero_in_f32_and_divide_0_by_0() {
+    // docs/findings/candle-optimisers-invalid-hyperparameters.md, "An `eps` that is zero in the
+    // parameters' dtype": 1e-50 is a positive f64 that rounds to 0 in f32
+    let eps = 1e-50;
+    assert_eq!(eps as f32, 0.0);
+    // the reference refuses it for f32 arithmetic and accepts it for f64
+    let hyper = harness::optim::AdamHyper {
+        eps,
+        ..Default::default()
+    };
+    assert!(hyper.validate_for::<f32>().is_err());
+    assert!(hyper.validate_for::<f64>().is_ok());
+    let zero = Tensor::zeros(2, DType::F32, &Device::Cpu).unwrap();
+    // Adam: the first step on a zero gradient is 0 / (sqrt(0) + 0) = NaN
+    let w = Var::new(&[0.5f32, -1.0], &Device::Cpu).unwrap();
+    let mut adam = Adam::new(vec![w.clone()], params_adam_eps(eps)).expect("accepted by new");
+    let seen = after_steps(&mut adam, &w, &zero, 1);
+    assert!(seen[0].iter().all(|x| x.is_nan()), "{seen:?}");
+    // RAdam: steps 1-5 are momentum steps (lr m_hat = 0, parameters unchanged); step 6 is the
+    // first rectified one (rho_t > 5 under the default b2) and multiplies 1/0 = inf by m_hat = 0
+    let w = Var::new(&[0.5f32, -1.0], &Device::Cpu).unwrap();
+    let params = ParamsRAdam {
+        eps,
+        ..Default::default()
+    };
+    let mut radam = RAdam::new(vec![w.clone()], params).expect("accepted by new");
+    let seen = after_steps(&mut radam, &w, &zero, 6);
+    assert!(seen[..5].iter().all(|p| p == &[0.5, -1.0]), "{seen:?}");
+    assert!(seen[5].iter().all(|x| x.is_nan()), "{seen:?}");
+    // the same hyperparameters on f64 parameters keep them finite (eps is 1e-50 there)
+    let w = Var::new(&[0.5f64, -1.0], &Device::Cpu).unwrap();
+    let zero = Tensor::zeros(2, DType::F64, &Device::Cpu).unwrap();
+    let mut adam = Adam::new(vec![w.clone()], params_adam_eps(eps)).unwrap();
+    assert_eq!(after_steps(&mut adam, &w, &zero, 6)[5], [0.5, -1.0]);
+}
+
+/// The peer's default Adam hyperparameters with `eps`.
+fn params_adam_eps(eps: f64) -> ParamsAdam {
+    ParamsAdam {
+        eps,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn finding_candle_radam_rectified_step_is_infinite_where_the_exact_update_is_finite() {
+    // docs/findings/candle-optimisers-radam-rectified-factor-overflow.md: a gradient of 1e-170
+    // (its square underflows, so v_t = 0) and eps = 1e-320 (a subnormal f64, 1/eps > f64::MAX)
+    let (g, eps) = (1e-170f64, 1e-320f64);
+    assert_eq!(g * g, 0.0);
+    assert!((1.0 / eps).is_infinite());
+    let grad = Tensor::new(&[g], &Device::Cpu).unwrap();
+    let w = Var::new(&[0.0f64], &Device::Cpu).unwrap();
+    let p = ParamsRAdam {
+        eps,
+        ..Default::default()
+    };
+    let mut radam = RAdam::new(vec![w.clone()], p.clone()).unwrap();
+    let seen = after_steps(&mut radam, &w, &grad, 6);
+    // steps 1-5 (momentum, theta -= lr m_hat with m_hat = g): finite
+    assert!(seen[..5].iter().all(|x| x[0].is_finite()), "{seen:?}");
+    // step 6, the first rectified step: -inf
+    assert_eq!(seen[5][0], f64::NEG_INFINITY, "{seen:?}");
+    // The exact step 6 from the crate's own algorithm box (src/radam.rs, lines 32-38):
+    // lr r_t sqrt(1 - b2^t) m_hat / (sqrt(v_t) + eps) with m_hat = g (a constant gradient) and
+    // v_t = 0: about 2.0e144, far inside f64's range.
+    let (b2, t) = (p.beta_2, 6.0);
+    let rho_inf = 2.0 / (1.0 - b2) - 1.0;
+    let rho_t = rho_inf - 2.0 * t * b2.powf(t) / (1.0 - b2.powf(t));
+    let r = ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
+        .sqrt();
+    let exact = p.lr * r * (1.0 - b2.powf(t)).sqrt() * (g / eps);
+    assert!(exact.is_finite() && exact > 1e144, "{exact:e}");
+    // The cause: RAdam forms the factor l = sqrt(1 - b2^t) / (sqrt(v_t) + eps) as a tensor of
+    // its own, and candle-core computes `f64 / &Tensor` as `rhs.recip()? * lhs`: here 1/eps,
+    // which overflows, then inf * m_hat.
+    let denominator = Tensor::new(&[eps], &Device::Cpu).unwrap();
+    let l = ((1.0 - b2.powf(t)).sqrt() / &denominator).unwrap();
+    assert_eq!(l.to_vec1::<f64>().unwrap(), [f64::INFINITY]);
+    // Adam divides the scaled moment by the denominator in one tensor division: finite
+    let w = Var::new(&[0.0f64], &Device::Cpu).unwrap();
+    let mut adam = Adam::new(vec![w.clone()], params_adam_eps(eps)).unwrap();
+    let seen = after_steps(&mut adam, &w, &grad, 6);
+    assert!(seen.iter().all(|x| x[0].is_finite()), "{seen:?}");
+}
+
+#[test]
+fn finding_candle_nn_model_cast_with_to_dtype_keeps_every_f32_variable_alive() {
+    // docs/findings/candle-nn-to-dtype-keeps-f32-variables.md
+    use peers::candle_nn_stack_adapter::{
+        blocks_from, build, held_bound, measure, table_config, Block, Path,
+    };
+    let cfg = table_config();
+    let f32_bytes = cfg.params() * 4;
+    // the adapter's f32-then-cast build: the f16 model holds its parameters and the f32 ones
+    let m = measure(&cfg, Path::F32ThenCast, &build).unwrap();
+    assert_eq!(m.param_bytes, cfg.final_bytes());
+    assert!(m.held_bytes >= m.final_bytes + f32_bytes, "{m:?}");
+    assert!(m.held_bytes > held_bound(&cfg), "{m:?}");
+    // the same build with each cast detached from the graph: the f32 variables are freed
+    let detached = |cfg: &harness::stack::StackConfig, _: Path| -> Result<Vec<Block>, String> {
+        let varmap = candle_nn::VarMap::new();
+        let vb = candle_nn::VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+        let cast = |l: &candle_nn::Linear| {
+            let w = l.weight().to_dtype(DType::F16).unwrap().detach();
+            let b = l.bias().map(|b| b.to_dtype(DType::F16).unwrap().detach());
+            candle_nn::Linear::new(w, b)
+        };
+        Ok(blocks_from(&vb, cfg)?
+            .iter()
+            .map(|b| Block {
+                up: cast(&b.up),
+                down: cast(&b.down),
+            })
+            .collect())
+    };
+    let d = measure(&cfg, Path::F32ThenCast, &detached).unwrap();
+    assert_eq!(d.param_bytes, cfg.final_bytes());
+    assert!(d.held_bytes <= held_bound(&cfg), "{d:?}");
+    assert!(d.held_bytes < m.final_bytes + f32_bytes / 8, "{d:?}");
+    // the peak is the same either way: every f32 layer and its cast are alive at once
+    assert!(d.peak_bytes >= m.final_bytes + f32_bytes, "{d:?}");
+}

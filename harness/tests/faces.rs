@@ -1,7 +1,8 @@
 //! The laws that tie each fast kernel to its dfdx face hold on the reference and fail, with a
-//! small counterexample, on a planted difference: a stage weight, a step whose last stage misses
-//! the exact end of the step, a wrong sign in the Armijo test, a CNF trace of the wrong sign,
-//! layers stacked out of order.
+//! small counterexample, on a planted difference: a mistyped decay in the fused Adam/RAdam, a
+//! Newton–Schulz iteration dropped, a stage weight, a step whose last stage misses the exact end of
+//! the step, a wrong sign in the Armijo test, a CNF trace of the wrong sign, layers stacked out of
+//! order.
 
 mod common;
 use common::assert_law_holds;
@@ -11,12 +12,16 @@ use harness::laws::cnf::{fast_field, field_faces_agree_with, model_case};
 use harness::laws::linesearch::{
     faces_agree_with as linesearch_faces_agree_with, ls_case, KernelSubject,
 };
+use harness::laws::muon::{mat_case, planned_matches_composed_with, Planned, PlannedNs};
 use harness::laws::ode::{face_case, step_faces_agree_with, StageField, StepSubject};
+use harness::laws::radam::fused_matches_composed_with;
 use harness::laws::stack::{faces_agree_with as stack_faces_agree_with, stack_case, InitSubject};
+use harness::laws::strategies::opt_case;
 use harness::laws::{check_property, DEFAULT_SEED};
 use harness::ode::dfdx_step::{DfdxRkStep, DfdxStepOut};
 use harness::ode::Tableau;
 use harness::optim::linesearch::{Armijo, DfdxKernels, SearchKernels};
+use harness::optim::{AdamHyper, RadamHyper};
 use harness::reference::backend::device;
 use harness::stack::dfdx_face::{layer_values, stack_cast};
 use harness::stack::{AnyBuilt, Built, Observer, StackConfig, Stacked, Strategy, TensorId};
@@ -166,6 +171,59 @@ fn linesearch_faces_law_catches_a_wrong_armijo_sign() {
     let c = caught("linesearch_faces_agree", ls_case(), |c| {
         linesearch_faces_agree_with(c, &KernelSubject(WrongArmijoSign))
     });
+    println!("{c}");
+}
+
+#[test]
+fn fused_and_composed_adam_radam_law_catches_a_mistyped_decay_in_the_fast_form() {
+    // the fused form built with b1 off in its seventh digit
+    let c = caught("fused_matches_composed_bitwise", opt_case(8), |c| {
+        fused_matches_composed_with(c, |h| RadamHyper {
+            moments: AdamHyper {
+                b1: h.moments.b1 * (1.0 - 1e-7),
+                ..h.moments
+            },
+            ..h
+        })
+    });
+    assert!(c.contains("params") || c.contains("mu"), "{c}");
+    println!("{c}");
+}
+
+/// The planned Newton–Schulz, one iteration short.
+struct OneIterationShort;
+
+impl PlannedNs for OneIterationShort {
+    fn run<A: Real>(
+        &self,
+        rows: usize,
+        cols: usize,
+        sym_block: usize,
+        x: &[A],
+        coeffs: &Array<f64>,
+        steps: usize,
+        eps: A,
+        out: &mut [A],
+    ) -> usize {
+        Planned.run(
+            rows,
+            cols,
+            sym_block,
+            x,
+            coeffs,
+            steps.saturating_sub(1),
+            eps,
+            out,
+        )
+    }
+}
+
+#[test]
+fn planned_and_composed_newton_schulz_law_catches_a_dropped_iteration() {
+    let c = caught("muon_planned_matches_composed", mat_case(40), |c| {
+        planned_matches_composed_with(c, &OneIterationShort)
+    });
+    assert!(c.contains("planned["), "{c}");
     println!("{c}");
 }
 

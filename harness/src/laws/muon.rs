@@ -323,10 +323,57 @@ pub const PLANNED_ULPS_PER_M: f64 = 64.0;
 /// `PLANNED_ULPS_PER_M * m * eps` per entry (they round `A` and `B` differently: upper triangle +
 /// mirror vs full products, `(cA)A` with a mirrored `A`).
 pub fn planned_matches_composed(case: &MatCase) -> Result<(), String> {
-    by_dtype!(real case.dtype, planned_e(case), else unsupported_dtype(case.dtype))
+    planned_matches_composed_with(case, &Planned)
 }
 
-fn planned_e<A: Real>(case: &MatCase) -> Result<(), String> {
+/// A planned Newton–Schulz under test: orthogonalise the `rows x cols` matrix `x` into `out`
+/// with `steps` iterations of `coeffs` (already rounded to `A`'s precision), diagonal blocks of `sym_block` for the
+/// symmetric products; returns the iterations run.
+pub trait PlannedNs {
+    #[allow(clippy::too_many_arguments)]
+    fn run<A: Real>(
+        &self,
+        rows: usize,
+        cols: usize,
+        sym_block: usize,
+        x: &[A],
+        coeffs: &Array<f64>,
+        steps: usize,
+        eps: A,
+        out: &mut [A],
+    ) -> usize;
+}
+
+/// The reference's planned form ([`NsPlan`]).
+pub struct Planned;
+
+impl PlannedNs for Planned {
+    fn run<A: Real>(
+        &self,
+        rows: usize,
+        cols: usize,
+        sym_block: usize,
+        x: &[A],
+        coeffs: &Array<f64>,
+        steps: usize,
+        eps: A,
+        out: &mut [A],
+    ) -> usize {
+        NsPlan::new(rows, cols)
+            .with_sym_block(sym_block)
+            .run(x, coeffs, steps, eps, out)
+    }
+}
+
+/// [`planned_matches_composed`] on `subject`.
+pub fn planned_matches_composed_with<S: PlannedNs>(
+    case: &MatCase,
+    subject: &S,
+) -> Result<(), String> {
+    by_dtype!(real case.dtype, planned_e[S](case, subject), else unsupported_dtype(case.dtype))
+}
+
+fn planned_e<A: Real, S: PlannedNs>(case: &MatCase, subject: &S) -> Result<(), String> {
     let (spec, steps) = case.coeffs.spec();
     let c = PerUse.convert::<A>(&coeffs::build(&spec, steps).map_err(err)?);
     let (r, cl) = (case.rows, case.cols);
@@ -337,9 +384,16 @@ fn planned_e<A: Real>(case: &MatCase) -> Result<(), String> {
     let eps = A::of_f64(1e-8);
     let mut out = vec![A::default(); x.len()];
     // small diagonal blocks, so that the recursive symmetric product is exercised at these sizes
-    NsPlan::new(r, cl)
-        .with_sym_block(1 + case.seed as usize % 8)
-        .run(&x, &c, steps, eps, &mut out);
+    subject.run(
+        r,
+        cl,
+        1 + case.seed as usize % 8,
+        &x,
+        &c,
+        steps,
+        eps,
+        &mut out,
+    );
     let (want, _) =
         orthogonalize_composed(&Array::new(vec![r, cl], x).expect("sized"), &c, steps, eps);
     let bound = PLANNED_ULPS_PER_M * r.min(cl) as f64 * A::epsilon().as_f64();

@@ -330,24 +330,38 @@ pub fn follows_schedule(case: &OptCase) -> Result<(), String> {
 /// The fused in-place step equals the composed `update` + `apply_updates` bit for bit
 /// (parameters and moments), for Adam and both RAdam forms, in every dtype.
 pub fn fused_matches_composed(case: &OptCase) -> Result<(), String> {
-    by_dtype!(float case.dtype, fused_matches_composed_e(case), else unsupported_dtype(case.dtype))
+    fused_matches_composed_with(case, |h| h)
 }
 
-fn fused_matches_composed_e<E: Float>(case: &OptCase) -> Result<(), String> {
+/// [`fused_matches_composed`] with the fused form built from `fused_hyper(case.hyper)` (the
+/// identity for the law; a planted difference, such as a mistyped constant in the fast form,
+/// changes it).
+pub fn fused_matches_composed_with(
+    case: &OptCase,
+    fused_hyper: fn(RadamHyper) -> RadamHyper,
+) -> Result<(), String> {
+    by_dtype!(float case.dtype, fused_matches_composed_e(case, fused_hyper), else unsupported_dtype(case.dtype))
+}
+
+fn fused_matches_composed_e<E: Float>(
+    case: &OptCase,
+    fused_hyper: fn(RadamHyper) -> RadamHyper,
+) -> Result<(), String> {
     let p0 = leaf::<E>(&case.params);
     let lr = case.learning_rate;
+    let fh = fused_hyper(case.hyper);
     // Constructors validate ranges; the fused constructor also validates for the dtype, so it may
     // reject what the composed constructor accepts (the composed init then rejects it too).
     if let (Ok(c), Ok(f)) = (
         optim::adam(lr, case.hyper.moments),
-        FusedMoments::adam(lr, case.hyper.moments, &p0),
+        FusedMoments::adam(lr, fh.moments, &p0),
     ) {
         compare_fused("adam", case, c, f)?;
     }
     for s in [Selection::Where, Selection::Branch] {
         if let (Ok(c), Ok(f)) = (
             optim::radam(lr, case.hyper, s),
-            FusedMoments::radam(lr, case.hyper, s, &p0),
+            FusedMoments::radam(lr, fh, s, &p0),
         ) {
             compare_fused(&format!("radam {s:?}"), case, c, f)?;
         }

@@ -20,7 +20,7 @@ cargo clippy --release --all-targets -- -D warnings
 # The workflows a repository host runs (.github/workflows) against the workflow schema.
 bash ci/lint-workflows.sh
 # Intra-doc links: a renamed item must not leave a dead link in the rustdoc headers.
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness -p harness-reference
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness -p harness-reference -p peers
 # The laws against the real libraries (CI reaches PyPI): one venv per pinned profile (skipped when
 # up to date), then every subject of every profile; exit 1 if a verdict differs from the expected one.
 cargo run --release -q -p harness -- upstream setup

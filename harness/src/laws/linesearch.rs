@@ -754,7 +754,7 @@ pub fn check_case(case: &LsCase) -> std::result::Result<(), String> {
 // ---------------------------------------------------------------------------------------------
 // The fast kernels equal the dfdx face
 
-/// The search with its rounds computed by `K` ([`ScaleByBacktrackingLinesearch::search`]),
+/// The search with its rounds computed by `K` ([`search`](crate::optim::linesearch::ScaleByBacktrackingLinesearch::search)),
 /// unstaged: the dfdx face is `KernelSubject(DfdxKernels)`.
 pub struct KernelSubject<K>(pub K);
 

@@ -1,6 +1,8 @@
-//! # The block field on dfdx's tape: what training differentiates
+//! # The block field on dfdx's tape: the field's dfdx face
 //!
-//! The same maths as [`super::field`], written with taped dfdx operations so that one ordinary
+//! The reference form of the CNF field and its gradient, the one to read against
+//! `docs/ALGORITHMS.md` §6: the same maths as the fast hand-written [`super::field`] and
+//! [`super::adjoint`], written with taped dfdx operations so that one ordinary
 //! backward pass gives `d/dtheta` and `d/dy` of both `f` and the trace — the trace's own
 //! derivative included, because the hand-written tangents `du = (W1 dh) * s`,
 //! `dh' = (1 - h'^2) du` are ordinary taped operations (dfdx has no higher-order autodiff; the
@@ -8,7 +10,9 @@
 //! [`Graph`] so each operation is on the tape once.
 //!
 //! [`TrainBlock`] is a [`DiffField`]: [`crate::ode::grad`] takes it through a solve with the full
-//! tape or checkpointing.
+//! tape or checkpointing. Its forward values ([`super::flow::TapedField`], the log-density under
+//! [`crate::Face::Dfdx`]) and its gradients are held to the fast forms by the laws
+//! `cnf_field_faces_agree` and `cnf_hand_vjp_matches_tape`.
 
 use super::adjoint::{self, BackScratch};
 use super::config::Layout;

@@ -30,7 +30,6 @@ use super::config::{StackConfig, TensorId};
 use super::model::Stacked;
 use super::rng::{limit, stream_key, uniform_at};
 use crate::backend::{device, Array, DfdxFromF32, Float, Ten};
-use crate::error::ensure;
 use crate::Result;
 use dfdx::prelude::Cpu;
 
@@ -50,12 +49,7 @@ pub fn stack_cast<E: DfdxFromF32>(layers: Vec<Ten<f32>>) -> Vec<E> {
 
 /// The model of `cfg` (whose dtype must be `E`'s) built by the dfdx face.
 pub fn build<E: Float + DfdxFromF32>(cfg: &StackConfig, seed: u64) -> Result<Stacked<E>> {
-    ensure(
-        cfg.dtype() == E::DTYPE,
-        "dtype",
-        cfg.dtype(),
-        &format!("must be the element type of the build, {}", E::DTYPE),
-    )?;
+    super::init::ensure_element_type::<E>(cfg)?;
     let dev = device();
     let [a, b, c, d] = TensorId::ALL.map(|t| {
         let layers = (0..cfg.layers())

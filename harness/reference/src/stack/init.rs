@@ -169,6 +169,16 @@ pub fn build_any(
     })
 }
 
+/// `cfg`'s dtype is `E`'s (a typed error otherwise).
+pub(crate) fn ensure_element_type<E: Float>(cfg: &StackConfig) -> Result<()> {
+    ensure(
+        cfg.dtype() == E::DTYPE,
+        "dtype",
+        cfg.dtype(),
+        &format!("must be the element type of the build, {}", E::DTYPE),
+    )
+}
+
 /// Build the model of `cfg` (whose dtype must be `E`'s) with `strategy`.
 pub fn build<E: Float>(
     cfg: &StackConfig,
@@ -176,12 +186,7 @@ pub fn build<E: Float>(
     strategy: Strategy,
     obs: &mut dyn Observer,
 ) -> Result<Built<E>> {
-    ensure(
-        cfg.dtype() == E::DTYPE,
-        "dtype",
-        cfg.dtype(),
-        &format!("must be the element type of the build, {}", E::DTYPE),
-    )?;
+    ensure_element_type::<E>(cfg)?;
     obs.sample("start");
     let out = match strategy {
         Strategy::VmapF32ThenCast => Built::Stacked(vmap_f32_then_cast(cfg, seed, obs)?),

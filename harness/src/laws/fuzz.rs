@@ -127,7 +127,7 @@ impl OdeInput {
 /// The `ode` target: no panic; invalid settings are typed errors; a successful solve has
 /// consistent statistics within `max_steps`, ends at `t1`, and saved times never go backwards
 /// (zero-length steps are possible, as in diffrax, when a degenerate `safety`/`factormin` shrinks
-/// the step below one ULP of `t`).
+/// the step below one ULP of `t`); a short one gives the same bits through the dfdx face.
 pub fn ode(data: &[u8]) -> Result<(), String> {
     use crate::ode::{solve, Controller, Pid, SolveOptions, Solver};
     let Ok(x) = OdeInput::arbitrary_take_rest(Unstructured::new(data)) else {
@@ -158,6 +158,7 @@ pub fn ode(data: &[u8]) -> Result<(), String> {
         save_steps: true,
         ..Default::default()
     };
+    let ctl_again = ctl.clone();
     let Ok(sol) = ctl.and_then(|ctl| {
         solve(
             &field,
@@ -189,8 +190,31 @@ pub fn ode(data: &[u8]) -> Result<(), String> {
     if sol.ts.windows(2).any(|w| (w[1] - w[0]) * dir < 0.0) {
         return Err("saved times go backwards".into());
     }
+    // The dfdx face steps the same solve to the same bits (law `ode_step_faces_agree`); checked
+    // on short solves only, the face being ~75x slower.
+    if s.num_steps <= FACE_CHECK_MAX_STEPS {
+        let (ctl, tab) = (ctl_again.expect("built once already"), solver.tableau());
+        let integration = Integration::new(&tab, &ctl, x.t0, x.t1)
+            .with_options(opts)
+            .face(crate::reference::Face::Dfdx);
+        let face = solve(&field, &integration, &y0)
+            .map_err(|e| format!("the dfdx face failed where the fast form solved: {e}"))?;
+        if face.stats != sol.stats {
+            return Err(format!("dfdx face: {:?}, fast: {:?}", face.stats, sol.stats));
+        }
+        if let Some(d) = super::first_bit_difference(&sol.ts, &face.ts) {
+            return Err(format!("ts{d} (dfdx face)"));
+        }
+        let (fast_ys, face_ys) = (sol.ys.concat(), face.ys.concat());
+        if let Some(d) = super::first_bit_difference(&fast_ys, &face_ys) {
+            return Err(format!("ys (flattened){d} (dfdx face)"));
+        }
+    }
     Ok(())
 }
+
+/// Longest solve (attempted steps) of the `ode` target whose dfdx face is also checked.
+pub const FACE_CHECK_MAX_STEPS: usize = 64;
 
 /// Raw line-search run: unvalidated hyperparameters (NaN, negative, out of range), an arbitrary
 /// quadratic (any matrix, not only convex) or fixture problem, any start point, and an optional

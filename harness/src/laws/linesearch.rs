@@ -748,6 +748,7 @@ pub fn check_case(case: &LsCase) -> std::result::Result<(), String> {
     convex_quadratic_monotone(case)?;
     trace_once(case, &Reference)?;
     nonfinite_zero_step(case)?;
+    faces_agree_with(case, &Reference)?;
     Ok(())
 }
 

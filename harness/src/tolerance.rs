@@ -26,6 +26,59 @@ impl Tol {
     }
 }
 
+/// The distance from `|x|` (rounded to `dtype`) to the next larger number of `dtype`: one unit
+/// in the last place. Infinite or NaN `x` gives NaN.
+///
+/// ```
+/// use harness::backend::DType;
+/// use harness::tolerance::spacing;
+/// assert_eq!(spacing(DType::F64, 1.0), f64::EPSILON);
+/// assert_eq!(spacing(DType::F32, -1.0), f32::EPSILON as f64);
+/// assert_eq!(spacing(DType::F32, 3000.0), 2f64.powi(-12));
+/// ```
+pub fn spacing(dtype: DType, x: f64) -> f64 {
+    if !x.is_finite() {
+        return f64::NAN;
+    }
+    match dtype {
+        DType::F32 => {
+            let y = (x.abs() as f32).min(f32::MAX);
+            (f32::from_bits(y.to_bits() + 1) - y) as f64
+        }
+        DType::F16 => {
+            let y = half::f16::from_f64(x.abs()).min(half::f16::MAX);
+            (half::f16::from_bits(y.to_bits() + 1) - y).to_f64()
+        }
+        DType::F64 | DType::I32 => {
+            let y = x.abs().min(f64::MAX);
+            f64::from_bits(y.to_bits() + 1) - y
+        }
+    }
+}
+
+/// `tol` widened for an update read back as `new - old` parameters, `old` the parameter and
+/// `want` the expected update: the in-place step rounds twice to the parameters' spacing (the
+/// decayed parameter, then the step subtracted from it), and the difference `new - old` is
+/// exact when the two are within a factor 2 (Sterbenz) or rounds once more, so the reading
+/// is off the step by at most 1.5 units in the last place of the larger of `|old|` and
+/// `|old + want|`; the allowance is 2 of them, added to `atol`. In f32 a parameter near 3000 has
+/// spacing 2.4e-4: an update of 7e-3 read this way may be 0.7% off, which no bug explains.
+///
+/// ```
+/// use harness::backend::DType;
+/// use harness::tolerance::{conformance, read_through_params};
+/// let t = read_through_params(conformance(DType::F32), DType::F32, 3000.0, -7e-3);
+/// assert!(t.close(-7e-3 + 2.4e-4, -7e-3));
+/// assert!(!t.close(-7e-3 + 1e-3, -7e-3));
+/// ```
+pub fn read_through_params(tol: Tol, dtype: DType, old: f64, want: f64) -> Tol {
+    let scale = old.abs().max((old + want).abs());
+    Tol {
+        rtol: tol.rtol,
+        atol: tol.atol + 2.0 * spacing(dtype, scale),
+    }
+}
+
 /// Tolerance for comparing one computation done two legitimately different ways in `dtype`
 /// (e.g. closed form vs iteration). f16: 10 bits of mantissa; f32: 23; f64: 52.
 pub fn for_dtype(dtype: DType) -> Tol {

@@ -65,12 +65,16 @@
 use candle_core::{Device, Tensor, Var, WithDType};
 use candle_nn::optim::Optimizer as _;
 use candle_optimisers::adam::{Adam, ParamsAdam};
+use candle_optimisers::nadam::{NAdam, ParamsNAdam};
 use candle_optimisers::radam::{ParamsRAdam, RAdam};
+use candle_optimisers::Decay;
 use harness::backend::{DType, Real};
 use harness::reference::{Error, Result};
 use harness::stage::{HasSignature, LeafSig, Signature};
 use harness::subject::optimizer::{unsupported, Algorithm, Optimizer, OptimizerSpec};
 use harness::tree::Tree;
+
+use crate::pytorch_convention::{PYTORCH_ADAMW_WEIGHT_DECAY, PYTORCH_NADAM_MOMENTUM_DECAY};
 
 /// The crate version the adapter was written against (pinned in `Cargo.toml`).
 pub const VERSION: &str = "0.10.2";
@@ -124,11 +128,67 @@ pub fn radam_params(spec: &OptimizerSpec) -> Option<ParamsRAdam> {
         })
 }
 
+/// `ParamsAdam` with decoupled weight decay `weight_decay` (the peer's AdamW) for an Adam
+/// `spec` [`adam_params`] takes, or `None`.
+///
+/// ```
+/// use candle_optimisers::Decay;
+/// use harness::optim::RadamHyper;
+/// use harness::subject::optimizer::{Algorithm, OptimizerSpec};
+/// let spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.5, hyper: RadamHyper::default() };
+/// let p = peers::candle_optimisers_adapter::adamw_params(&spec, 0.01).unwrap();
+/// assert!(matches!(p.weight_decay, Some(Decay::DecoupledWeightDecay(d)) if d == 0.01));
+/// ```
+pub fn adamw_params(spec: &OptimizerSpec, weight_decay: f64) -> Option<ParamsAdam> {
+    adam_params(spec).map(|p| ParamsAdam {
+        weight_decay: Some(Decay::DecoupledWeightDecay(weight_decay)),
+        ..p
+    })
+}
+
+/// `ParamsNAdam` with `momentum_decay` for a nesterov Adam `spec` (`eps_root = 0`), or `None`.
+/// The spec's nesterov flag is how it asks for Nesterov momentum; the peer's NAdam follows
+/// PyTorch's schedule (`crate::pytorch_convention::nadam_updates`), not optax's `nadam`.
+///
+/// ```
+/// use harness::optim::RadamHyper;
+/// use harness::subject::optimizer::{Algorithm, OptimizerSpec};
+/// let mut spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.5, hyper: RadamHyper::default() };
+/// assert!(peers::candle_optimisers_adapter::nadam_params(&spec, 4e-3).is_none());
+/// spec.hyper.moments.nesterov = true;
+/// assert_eq!(peers::candle_optimisers_adapter::nadam_params(&spec, 4e-3).unwrap().momentum_decay, 4e-3);
+/// ```
+pub fn nadam_params(spec: &OptimizerSpec, momentum_decay: f64) -> Option<ParamsNAdam> {
+    let m = &spec.hyper.moments;
+    (spec.algorithm == Algorithm::Adam && m.eps_root == 0.0 && m.nesterov).then_some(ParamsNAdam {
+        lr: spec.learning_rate,
+        beta_1: m.b1,
+        beta_2: m.b2,
+        eps: m.eps,
+        weight_decay: None,
+        momentum_decay,
+    })
+}
+
 /// The peer's hyperparameters for one subject.
 #[derive(Debug, Clone)]
 pub enum PeerParams {
     Adam(ParamsAdam),
     RAdam(ParamsRAdam),
+    NAdam(ParamsNAdam),
+}
+
+impl PeerParams {
+    /// Whether the peer's step reads the parameters' values (decoupled weight decay, or L2 weight
+    /// decay added to the gradient): then the variables keep the parameters and the update is
+    /// read back as `new - old`.
+    pub fn reads_params(&self) -> bool {
+        match self {
+            PeerParams::Adam(p) => p.weight_decay.is_some(),
+            PeerParams::RAdam(p) => p.weight_decay.is_some(),
+            PeerParams::NAdam(p) => p.weight_decay.is_some(),
+        }
+    }
 }
 
 /// The factory of the Adam subject: [`CandleOptimiser`] over the peer's `Adam` for an Adam spec
@@ -153,11 +213,48 @@ pub fn make_adam(spec: &OptimizerSpec) -> Result<CandleOptimiser> {
 /// use harness::subject::optimizer::SuiteOptions;
 /// let opts = SuiteOptions { memory: false, ..SuiteOptions::default() };
 /// let make = peers::candle_optimisers_adapter::make_radam;
-/// println!("{}", peers::check_pytorch_convention("candle-optimisers RAdam", &make, &opts).summary());
+/// let torch = [peers::pytorch_convention::Torch::RAdam];
+/// println!("{}", peers::check_pytorch_convention("candle-optimisers RAdam", &make, &torch, &opts).summary());
 /// ```
 pub fn make_radam(spec: &OptimizerSpec) -> Result<CandleOptimiser> {
     radam_params(spec)
         .map(|p| CandleOptimiser::new(PeerParams::RAdam(p)))
+        .ok_or_else(|| unsupported(spec))
+}
+
+/// The factory of the AdamW subject: [`CandleOptimiser`] over the peer's `Adam` with decoupled
+/// weight decay [`PYTORCH_ADAMW_WEIGHT_DECAY`] (PyTorch's `AdamW` default) for an Adam spec
+/// [`adam_params`] takes, [`unsupported`] otherwise.
+///
+/// ```no_run
+/// use harness::subject::optimizer::SuiteOptions;
+/// use peers::pytorch_convention::{Torch, PYTORCH_ADAMW_WEIGHT_DECAY};
+/// let opts = SuiteOptions { memory: false, ..SuiteOptions::default() };
+/// let make = peers::candle_optimisers_adapter::make_adamw;
+/// let torch = [Torch::AdamW { weight_decay: PYTORCH_ADAMW_WEIGHT_DECAY }];
+/// println!("{}", peers::check_pytorch_convention("candle-optimisers AdamW", &make, &torch, &opts).summary());
+/// ```
+pub fn make_adamw(spec: &OptimizerSpec) -> Result<CandleOptimiser> {
+    adamw_params(spec, PYTORCH_ADAMW_WEIGHT_DECAY)
+        .map(|p| CandleOptimiser::new(PeerParams::Adam(p)))
+        .ok_or_else(|| unsupported(spec))
+}
+
+/// The factory of the NAdam subject: [`CandleOptimiser`] over the peer's `NAdam` with
+/// `momentum_decay` [`PYTORCH_NADAM_MOMENTUM_DECAY`] (PyTorch's default) for a nesterov Adam
+/// spec [`nadam_params`] takes, [`unsupported`] otherwise.
+///
+/// ```no_run
+/// use harness::subject::optimizer::SuiteOptions;
+/// use peers::pytorch_convention::{Torch, PYTORCH_NADAM_MOMENTUM_DECAY};
+/// let opts = SuiteOptions { memory: false, ..SuiteOptions::default() };
+/// let make = peers::candle_optimisers_adapter::make_nadam;
+/// let torch = [Torch::NAdam { momentum_decay: PYTORCH_NADAM_MOMENTUM_DECAY }];
+/// println!("{}", peers::check_pytorch_convention("candle-optimisers NAdam", &make, &torch, &opts).summary());
+/// ```
+pub fn make_nadam(spec: &OptimizerSpec) -> Result<CandleOptimiser> {
+    nadam_params(spec, PYTORCH_NADAM_MOMENTUM_DECAY)
+        .map(|p| CandleOptimiser::new(PeerParams::NAdam(p)))
         .ok_or_else(|| unsupported(spec))
 }
 
@@ -166,6 +263,7 @@ pub fn make_radam(spec: &OptimizerSpec) -> Result<CandleOptimiser> {
 enum PeerOpt {
     Adam(Adam),
     RAdam(RAdam),
+    NAdam(NAdam),
 }
 
 /// The peer optimizer with the `Var`s it steps (leaf name, shape, variable) and its step count.
@@ -260,8 +358,13 @@ fn printed_leaf(inside: &str, rank0: bool) -> Option<LeafSig> {
 }
 
 /// The peer's state as its `Debug` output shows it: `NAME.m`, `NAME.v` per parameter (in the
-/// order the peer was given them) and the step counter `t`.
-fn observed_signature(debug: &str, vars: &[(String, Vec<usize>, Var)]) -> Result<Signature> {
+/// order the peer was given them) and the host-side f64 scalars `host` (the step counter `t`;
+/// NAdam's momentum schedule and its products too).
+fn observed_signature(
+    debug: &str,
+    vars: &[(String, Vec<usize>, Var)],
+    host: &[&str],
+) -> Result<Signature> {
     let mut sig = Signature::new();
     for key in ["m", "v"] {
         let marker = format!(", {key}: Var(Tensor[");
@@ -282,10 +385,14 @@ fn observed_signature(debug: &str, vars: &[(String, Vec<usize>, Var)]) -> Result
             rest = &rest[end..];
         }
     }
-    if debug.rfind(", t: ").is_none() {
-        return Err(peer_error("no step counter `t` in the peer's Debug output"));
+    for name in host {
+        if debug.rfind(&format!(", {name}: ")).is_none() {
+            return Err(peer_error(format!(
+                "no host scalar `{name}` in the peer's Debug output"
+            )));
+        }
+        sig.push(*name, LeafSig::strong(&[], DType::F64));
     }
-    sig.push("t", LeafSig::strong(&[], DType::F64));
     Ok(sig)
 }
 
@@ -294,13 +401,22 @@ impl Peer {
         let debug = match &self.opt {
             PeerOpt::Adam(o) => format!("{o:?}"),
             PeerOpt::RAdam(o) => format!("{o:?}"),
+            PeerOpt::NAdam(o) => format!("{o:?}"),
         };
-        observed_signature(&debug, &self.vars)
+        let host: &[&str] = match &self.opt {
+            PeerOpt::NAdam(_) => &["t", "mu_t", "mu_t2", "prod", "prod2"],
+            _ => &["t"],
+        };
+        observed_signature(&debug, &self.vars, host)
     }
 }
 
 impl<E: PeerFloat> Optimizer<E> for CandleOptimiser {
     type State = PeerState;
+
+    fn updates_read_through_params(&self) -> bool {
+        self.params.reads_params()
+    }
 
     fn init(&mut self, params: &Tree<E>) -> Result<PeerState> {
         let vars = params
@@ -319,6 +435,9 @@ impl<E: PeerFloat> Optimizer<E> for CandleOptimiser {
             PeerParams::Adam(p) => PeerOpt::Adam(Adam::new(handed, p.clone()).map_err(peer_error)?),
             PeerParams::RAdam(p) => {
                 PeerOpt::RAdam(RAdam::new(handed, p.clone()).map_err(peer_error)?)
+            }
+            PeerParams::NAdam(p) => {
+                PeerOpt::NAdam(NAdam::new(handed, p.clone()).map_err(peer_error)?)
             }
         };
         let peer = Peer {
@@ -351,38 +470,51 @@ impl<E: PeerFloat> Optimizer<E> for CandleOptimiser {
             )));
         }
         params.check_like(grads, "grads")?;
+        let reads_params = self.params.reads_params();
         // A gradient store (its constructor is private): one from a scalar's backward pass,
         // then each parameter's gradient exactly as given.
         let seed = Var::zeros((), candle_core::DType::F32, &Device::Cpu).map_err(peer_error)?;
         let mut store = seed.as_tensor().backward().map_err(peer_error)?;
         store.remove(seed.as_tensor());
         for (name, shape, var) in &peer.vars {
-            let g = match (params.get(name), grads.get(name)) {
-                (Some(p), Some(g)) if p.shape() == shape.as_slice() => g,
+            let (p, g) = match (params.get(name), grads.get(name)) {
+                (Some(p), Some(g)) if p.shape() == shape.as_slice() => (p, g),
                 _ => {
                     return Err(peer_error(format!(
                         "leaf `{name}` of shape {shape:?} missing or reshaped"
                     )))
                 }
             };
-            // zero: the step leaves `0 - delta` in the variable (see the module documentation)
-            let zeros = vec![E::of_f64(0.0); g.data().len()];
-            var.set(&tensor(&zeros, shape)?).map_err(peer_error)?;
+            if reads_params {
+                // the parameters themselves: the update is read back as `new - old`
+                var.set(&tensor(p.data(), shape)?).map_err(peer_error)?;
+            } else {
+                // zero: the step leaves `0 - delta` in the variable (module documentation)
+                let zeros = vec![E::of_f64(0.0); g.data().len()];
+                var.set(&tensor(&zeros, shape)?).map_err(peer_error)?;
+            }
             store.insert(var.as_tensor(), tensor(g.data(), shape)?);
         }
         match &mut peer.opt {
             PeerOpt::Adam(o) => o.step(&store),
             PeerOpt::RAdam(o) => o.step(&store),
+            PeerOpt::NAdam(o) => o.step(&store),
         }
         .map_err(peer_error)?;
         peer.steps += 1;
         let mut updates = Vec::with_capacity(peer.vars.len());
         for (name, shape, var) in &peer.vars {
-            let data: Vec<E> = var
+            let mut data: Vec<E> = var
                 .as_tensor()
                 .flatten_all()
                 .and_then(|t| t.to_vec1::<E>())
                 .map_err(peer_error)?;
+            if reads_params {
+                let old = params.get(name).expect("checked above").data();
+                for (x, &q) in data.iter_mut().zip(old) {
+                    *x = *x - q;
+                }
+            }
             updates.push((
                 name.clone(),
                 harness::backend::Array::new(shape.clone(), data)?,

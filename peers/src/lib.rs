@@ -5,7 +5,7 @@
 //! | crate | version | subjects |
 //! |---|---|---|
 //! | `ode_solvers` | 0.6.2 | `Dopri5`, `Dop853` (adaptive), `Rk4` (constant steps), through [`ode_solvers_adapter`] |
-//! | `candle-optimisers` | 0.10.2 | `Adam` (the optimizer suite, optax's convention), `RAdam` (the optimizer suite's laws with the reference in PyTorch's convention, [`pytorch_convention`]), on `candle-core` 0.10.2's CPU device, through [`candle_optimisers_adapter`] |
+//! | `candle-optimisers` | 0.10.2 | `Adam` (the optimizer suite, optax's convention, and PyTorch's), `AdamW` (decoupled weight decay 1e-2), `RAdam` and `NAdam` (momentum decay 4e-3): the optimizer suite's laws with the reference in PyTorch's convention ([`pytorch_convention`]), on `candle-core` 0.10.2's CPU device, through [`candle_optimisers_adapter`] |
 //! | `candle-nn` | 0.10.2 | a stack of linear layers built through `VarMap`/`VarBuilder` in f32 then cast to f16, or directly in f16: measured peaks against the reference's analytic bounds, through [`candle_nn_stack_adapter`] |
 //!
 //! A failing row is a finding about the peer, not a failure of the run: the adapters pass the
@@ -28,10 +28,12 @@ pub mod fuzz;
 pub mod ode_solvers_adapter;
 pub mod pytorch_convention;
 
+use candle_optimisers_adapter::CandleOptimiser;
 use harness::laws::{check_property_replayed_by, timed, Family, LawReport};
+use harness::reference;
 use harness::subject::ode::{self, OdeSolver, SuiteOptions};
 use harness::subject::optimizer::{self, Factory, SuiteReport};
-use pytorch_convention::Compared;
+use pytorch_convention::{Compared, Torch};
 use std::sync::Arc;
 
 /// One row of the conformance table.
@@ -109,7 +111,12 @@ pub fn run(opts: &RunOptions) -> Vec<Row> {
     let mut laws = report.laws;
     laws.push(pytorch_law(
         &candle_optimisers_adapter::make_adam,
+        &[Torch::Adam],
         &opts.optimizer,
+    ));
+    laws.push(empty_parameter_law(
+        &candle_optimisers_adapter::make_adam,
+        &[Torch::Adam],
     ));
     push_rows(
         &mut rows,
@@ -117,18 +124,37 @@ pub fn run(opts: &RunOptions) -> Vec<Row> {
         &laws,
         &report.not_applicable,
     );
-    let radam = "candle-optimisers RAdam";
-    let report = check_pytorch_convention(
-        radam,
-        &candle_optimisers_adapter::make_radam,
-        &opts.optimizer,
-    );
-    push_rows(
-        &mut rows,
-        (candle.0, candle.1, radam),
-        &report.laws,
-        &report.not_applicable,
-    );
+    type Make = fn(&optimizer::OptimizerSpec) -> reference::Result<CandleOptimiser>;
+    let by_convention: [(&str, Make, Torch); 3] = [
+        (
+            "candle-optimisers AdamW",
+            candle_optimisers_adapter::make_adamw,
+            Torch::AdamW {
+                weight_decay: pytorch_convention::PYTORCH_ADAMW_WEIGHT_DECAY,
+            },
+        ),
+        (
+            "candle-optimisers RAdam",
+            candle_optimisers_adapter::make_radam,
+            Torch::RAdam,
+        ),
+        (
+            "candle-optimisers NAdam",
+            candle_optimisers_adapter::make_nadam,
+            Torch::NAdam {
+                momentum_decay: pytorch_convention::PYTORCH_NADAM_MOMENTUM_DECAY,
+            },
+        ),
+    ];
+    for (subject, make, torch) in by_convention {
+        let report = check_pytorch_convention(subject, &make, &[torch], &opts.optimizer);
+        push_rows(
+            &mut rows,
+            (candle.0, candle.1, subject),
+            &report.laws,
+            &report.not_applicable,
+        );
+    }
     let cfg = candle_nn_stack_adapter::table_config();
     for (path, law, verdict) in
         candle_nn_stack_adapter::check(&cfg, &candle_nn_stack_adapter::build)
@@ -188,11 +214,13 @@ fn push_rows(
 /// ```no_run
 /// use harness::subject::optimizer::SuiteOptions;
 /// let make = peers::candle_optimisers_adapter::make_radam;
-/// let report = peers::pytorch_law(&make, &SuiteOptions::default());
+/// let torch = [peers::pytorch_convention::Torch::RAdam];
+/// let report = peers::pytorch_law(&make, &torch, &SuiteOptions::default());
 /// println!("{:?}", report.counterexample);
 /// ```
 pub fn pytorch_law<O: optimizer::BothDtypes>(
     make: &impl Factory<O>,
+    torches: &[Torch],
     opts: &optimizer::SuiteOptions,
 ) -> LawReport {
     let compared = std::sync::atomic::AtomicU32::new(0);
@@ -207,7 +235,7 @@ pub fn pytorch_law<O: optimizer::BothDtypes>(
             opts.seed,
             optimizer::suite_case(),
             |c| {
-                let r = pytorch_convention::matches_pytorch_convention_any(c, make)?;
+                let r = pytorch_convention::matches_pytorch_convention_any(c, make, torches)?;
                 if r == Compared::Yes {
                     compared.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -221,6 +249,36 @@ pub fn pytorch_law<O: optimizer::BothDtypes>(
             opts.cases,
             compared.into_inner()
         ));
+    }
+    report
+}
+
+/// The law `optimizer_steps_empty_parameter`
+/// ([`pytorch_convention::steps_empty_parameter`]): a zero-element parameter beside a
+/// one-element one is stepped as a no-op, and the other parameter as the reference steps it.
+/// One fixed case per (optimizer, dtype): its evidence is the number stepped.
+///
+/// ```
+/// use harness::subject::optimizer::Staged;
+/// use peers::pytorch_convention::Torch;
+/// let make = |s: &harness::subject::optimizer::OptimizerSpec| Ok(Staged::new(harness::optim::adam(s.learning_rate, s.hyper.moments)?));
+/// assert!(peers::empty_parameter_law(&make, &[Torch::Adam]).passed);
+/// ```
+pub fn empty_parameter_law<O: optimizer::BothDtypes>(
+    make: &impl Factory<O>,
+    torches: &[Torch],
+) -> LawReport {
+    let law = "optimizer_steps_empty_parameter";
+    let mut stepped = 0;
+    let mut report = timed(
+        law,
+        Family::Numerics,
+        2 * torches.len() as u32,
+        false,
+        || pytorch_convention::steps_empty_parameter(make, torches).map(|n| stepped = n),
+    );
+    if report.passed {
+        report.counterexample = Some(format!("{stepped} (optimizer, dtype) pairs stepped"));
     }
     report
 }
@@ -239,22 +297,32 @@ pub fn pytorch_law<O: optimizer::BothDtypes>(
 /// use harness::subject::optimizer::SuiteOptions;
 /// let make = peers::candle_optimisers_adapter::make_radam;
 /// let opts = SuiteOptions { memory: false, ..SuiteOptions::default() };
-/// let report = peers::check_pytorch_convention("candle-optimisers RAdam", &make, &opts);
+/// let torch = [peers::pytorch_convention::Torch::RAdam];
+/// let report = peers::check_pytorch_convention("candle-optimisers RAdam", &make, &torch, &opts);
 /// println!("{}", report.summary());
 /// ```
 pub fn check_pytorch_convention<O: optimizer::BothDtypes>(
     name: &str,
     make: &impl Factory<O>,
+    torches: &[Torch],
     opts: &optimizer::SuiteOptions,
 ) -> SuiteReport {
     let (cases, seed) = (opts.cases, opts.seed);
     let replay =
         |law: &str| format!("the suite again with SuiteOptions {{ seed: {seed}, .. }} ({law})");
-    let mut laws = vec![pytorch_law(make, opts)];
-    let mut not_applicable = vec![(
-        "optimizer_matches_reference".to_string(),
-        "optax's RAdam (eps added to sqrt(v_hat), rho_t >= threshold) is not expressible in the peer's parameters (eps added to sqrt(v_t), rho_t > 5); compared in PyTorch's convention instead (optimizer_matches_pytorch_convention)".to_string(),
-    )];
+    let mut laws = vec![
+        pytorch_law(make, torches, opts),
+        empty_parameter_law(make, torches),
+    ];
+    let mut not_applicable: Vec<(String, String)> = torches
+        .iter()
+        .map(|t| {
+            (
+                "optimizer_matches_reference".to_string(),
+                t.why_not_optax().to_string(),
+            )
+        })
+        .collect();
     let by_dtype =
         |c: &harness::laws::strategies::OptCase,
          f32_law: &dyn Fn(&harness::laws::strategies::OptCase) -> Result<(), String>,

@@ -7,8 +7,9 @@ use harness::stage::{HasSignature, LeafSig, Signature};
 use harness::subject::optimizer::{self, Optimizer, OptimizerSpec, SuiteOptions, SuiteReport};
 use harness::tree::Tree;
 use peers::candle_optimisers_adapter::{
-    make_adam, make_radam, CandleOptimiser, PeerFloat, PeerState,
+    make_adam, make_adamw, make_nadam, make_radam, CandleOptimiser, PeerFloat, PeerState,
 };
+use peers::pytorch_convention::{Torch, PYTORCH_ADAMW_WEIGHT_DECAY, PYTORCH_NADAM_MOMENTUM_DECAY};
 
 harness::install_counting_allocator!();
 
@@ -21,6 +22,9 @@ enum Bug {
     DropsEps,
     /// Keeps an f32 copy of every update in the state (a history that grows).
     KeepsHistory,
+    /// Builds the peer's plain Adam whatever it is asked for: an AdamW adapter that forgets the
+    /// weight decay.
+    ForgetsWeightDecay,
 }
 
 struct Planted {
@@ -49,6 +53,9 @@ impl HasSignature for PlantedState {
 
 impl<E: PeerFloat> Optimizer<E> for Planted {
     type State = PlantedState;
+    fn updates_read_through_params(&self) -> bool {
+        Optimizer::<E>::updates_read_through_params(&self.inner)
+    }
     fn init(&mut self, params: &Tree<E>) -> Result<PlantedState> {
         let mut inner = Optimizer::<E>::init(&mut self.inner, params)?;
         if self.bug == Bug::WarmUpStepInInit {
@@ -88,6 +95,11 @@ fn planted(
         if bug == Bug::DropsEps {
             spec.hyper.moments.eps = 0.0;
         }
+        let make = if bug == Bug::ForgetsWeightDecay {
+            make_adam
+        } else {
+            make
+        };
         Ok(Planted {
             inner: make(&spec)?,
             bug,
@@ -140,12 +152,39 @@ fn each_optimizer_law_passing_on_candle_optimisers_fails_on_a_bug_planted_in_its
             Bug::WarmUpStepInInit,
             "optimizer_matches_pytorch_convention",
         ),
+        (
+            "AdamW",
+            make_adamw,
+            Bug::ForgetsWeightDecay,
+            "optimizer_matches_pytorch_convention",
+        ),
+        (
+            "NAdam",
+            make_nadam,
+            Bug::WarmUpStepInInit,
+            "optimizer_matches_pytorch_convention",
+        ),
+        (
+            "NAdam",
+            make_nadam,
+            Bug::KeepsHistory,
+            "optimizer_live_bytes_flat",
+        ),
     ] {
         let make = planted(make, bug);
+        let torch = match subject {
+            "AdamW" => Torch::AdamW {
+                weight_decay: PYTORCH_ADAMW_WEIGHT_DECAY,
+            },
+            "NAdam" => Torch::NAdam {
+                momentum_decay: PYTORCH_NADAM_MOMENTUM_DECAY,
+            },
+            _ => Torch::RAdam,
+        };
         let report = if subject == "Adam" {
             optimizer::check(subject, &make, &opts)
         } else {
-            peers::check_pytorch_convention(subject, &make, &opts)
+            peers::check_pytorch_convention(subject, &make, &[torch], &opts)
         };
         let failed = failed(&report);
         let hit = failed.iter().find(|(name, _)| name == law);
@@ -156,5 +195,5 @@ fn each_optimizer_law_passing_on_candle_optimisers_fails_on_a_bug_planted_in_its
         println!("{law} on {subject} with {bug:?}:\n{}\n", hit.unwrap().1);
         seen.push(law);
     }
-    assert_eq!(seen.len(), 6);
+    assert_eq!(seen.len(), 9);
 }

@@ -200,7 +200,10 @@ pub fn ode(data: &[u8]) -> Result<(), String> {
         let face = solve(&field, &integration, &y0)
             .map_err(|e| format!("the dfdx face failed where the fast form solved: {e}"))?;
         if face.stats != sol.stats {
-            return Err(format!("dfdx face: {:?}, fast: {:?}", face.stats, sol.stats));
+            return Err(format!(
+                "dfdx face: {:?}, fast: {:?}",
+                face.stats, sol.stats
+            ));
         }
         if let Some(d) = super::first_bit_difference(&sol.ts, &face.ts) {
             return Err(format!("ts{d} (dfdx face)"));

@@ -511,9 +511,7 @@ impl<E: PeerFloat> Optimizer<E> for CandleOptimiser {
                 .map_err(peer_error)?;
             if reads_params {
                 let old = params.get(name).expect("checked above").data();
-                for (x, &q) in data.iter_mut().zip(old) {
-                    *x = *x - q;
-                }
+                data = data.iter().zip(old).map(|(&x, &q)| x - q).collect();
             }
             updates.push((
                 name.clone(),

@@ -1,5 +1,5 @@
-//! `candle-optimisers` 0.10.2 (`Adam`, `RAdam`) on `candle-core` 0.10.2's CPU device behind
-//! [`Optimizer`].
+//! `candle-optimisers` 0.10.2 (`Adam`, `Adam` with decoupled weight decay, that is AdamW,
+//! `RAdam`, `NAdam`) on `candle-core` 0.10.2's CPU device behind [`Optimizer`].
 //!
 //! # What the adapter does
 //! `init` makes one `candle_core::Var` per leaf of the parameters (same shape and dtype) and the
@@ -13,7 +13,10 @@
 //! decay the peer's step does not read `theta`'s value (the moments depend on the gradients
 //! only), so `update` sets each variable to zero before the step: the peer's own subtraction
 //! `0 - delta` is exact and the variable then holds the update, signed as optax's, unrounded.
-//! Every [`PeerParams`] the factories build has no weight decay.
+//! With weight decay (the AdamW subject) the step reads `theta`: the variables then hold the
+//! parameters, the update is read back as `new - old`, and the subject says so
+//! ([`Optimizer::updates_read_through_params`]), so that the step-for-step comparison allows for
+//! the parameters' spacing (`harness::tolerance::read_through_params`).
 //!
 //! The peer keeps its moments and step counter inside the optimizer, so a [`PeerState`] is a
 //! ticket for the peer's current state: it names the number of steps taken and the signature
@@ -37,6 +40,14 @@
 //!   ([`crate::pytorch_convention::reference_updates`]), not with optax's: [`make_radam`] takes
 //!   the specs whose `threshold` is 5 (the peer's fixed rule) and reads `eps` as the peer's.
 //!   `eps_root != 0`, nesterov and any other threshold are unsupported.
+//! - `AdamW` ([`make_adamw`]): `ParamsAdam` as for Adam with
+//!   `weight_decay: Some(Decay::DecoupledWeightDecay(1e-2))` (PyTorch's `AdamW` default), for the
+//!   Adam specs [`adam_params`] takes.
+//! - `NAdam` ([`make_nadam`]): `ParamsNAdam { lr, beta_1: b1, beta_2: b2, eps, weight_decay: None,
+//!   momentum_decay: 4e-3 }` (PyTorch's default) for an Adam spec with nesterov set (the spec's
+//!   way of asking for Nesterov momentum). The peer follows PyTorch's NAdam, whose momentum
+//!   schedule `mu_t = b1 (1 - 0.96^(t psi) / 2)` optax's `nadam` does not have (optax's is its
+//!   limit `mu_t = b1`): compared with [`crate::pytorch_convention::nadam_updates`].
 //! - Weight decay (not part of an [`OptimizerSpec`]): `Decay::WeightDecay(wd)` adds `wd * p` to
 //!   the gradient before the moments (PyTorch's `Adam(weight_decay)`, L2), and
 //!   `Decay::DecoupledWeightDecay(wd)` scales `p` by `1 - lr wd` before the step (PyTorch's
@@ -45,8 +56,10 @@
 //! - The peer validates no hyperparameter: what it is given it runs with.
 //!
 //! # References
-//! - `candle-optimisers` 0.10.2 documentation (`adam`, `radam` modules: the algorithm boxes).
-//! - PyTorch documentation, `torch.optim.Adam`, `torch.optim.RAdam`.
+//! - `candle-optimisers` 0.10.2 documentation (`adam`, `radam`, `nadam` modules: the algorithm
+//!   boxes).
+//! - PyTorch documentation, `torch.optim.Adam`, `torch.optim.AdamW`, `torch.optim.RAdam`,
+//!   `torch.optim.NAdam`.
 //! - `docs/ALGORITHMS.md` sections 1-2.
 //!
 //! ```

@@ -1,5 +1,5 @@
 //! The reference optimizers re-parameterised to PyTorch's conventions (`torch.optim.Adam`,
-//! `torch.optim.RAdam`, which crates such as candle-optimisers follow), and the law that compares a
+//! `AdamW`, `RAdam`, `NAdam`, which crates such as candle-optimisers follow), and the law that compares a
 //! subject with them step for step.
 //!
 //! Where the two conventions agree and where they differ, with `c1 = 1 - b1^t`,
@@ -11,7 +11,8 @@
 //! | RAdam, rectified | `-lr r_t m_hat / (sqrt(v_hat + eps_root) + eps)` | `-lr r_t m_hat sqrt(c2) / (sqrt(v_t) + eps)` |
 //! | RAdam, branch taken | `rho_t >= threshold` (default 5) | `rho_t > 5`, no parameter |
 //! | RAdam, below it | `-lr m_hat` | `-lr m_hat` (the same) |
-//! | weight decay | `adamw`: `+ wd * p` to the scaled step, before `-lr` | `Adam(weight_decay)`: `g + wd * p` before the moments (L2); `AdamW`: `p (1 - lr wd)` first (decoupled) |
+//! | weight decay | `adamw`: `+ wd * p` to the scaled step, before `-lr` | `Adam(weight_decay)`: `g + wd * p` before the moments (L2); `AdamW`: `p (1 - lr wd)` first (decoupled): the same step as optax's `adamw` |
+//! | Nesterov | `nadam`: `m_hat = b1 m_t / (1 - b1^(t+1)) + (1 - b1) g / (1 - b1^t)` | `NAdam`: `b1` replaced by the schedule `mu_t = b1 (1 - 0.96^(t psi) / 2)`, products of `mu` for the powers ([`nadam_updates`]) |
 //!
 //! PyTorch's rectified RAdam step equals optax's with the step-dependent epsilon
 //! [`radam_eps_at`]`(eps, b2, t) = eps / sqrt(c2)`, since

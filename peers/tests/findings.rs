@@ -6,7 +6,9 @@
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::optim::Optimizer;
 use candle_optimisers::adam::{Adam, ParamsAdam};
+use candle_optimisers::nadam::{NAdam, ParamsNAdam};
 use candle_optimisers::radam::{ParamsRAdam, RAdam};
+use candle_optimisers::Decay as WeightDecay;
 use ode_solvers::{DVector, Dop853, Dopri5, OutputType, Rk4, System};
 
 // The allocation reproduction counts this binary's allocations (per thread: exact).
@@ -141,7 +143,7 @@ fn grads_for(var: &Var, grad: &Tensor) -> candle_core::backprop::GradStore {
 }
 
 #[test]
-fn finding_candle_adam_and_radam_accept_nan_negative_and_out_of_range_hyperparameters() {
+fn finding_candle_adam_adamw_radam_nadam_accept_nan_negative_and_out_of_range_hyperparameters() {
     // docs/findings/candle-optimisers-invalid-hyperparameters.md
     let w = Var::new(&[0.5f32, -1.0], &Device::Cpu).unwrap();
     let g = Tensor::new(&[1.0f32, 2.0], &Device::Cpu).unwrap();
@@ -173,10 +175,28 @@ fn finding_candle_adam_and_radam_accept_nan_negative_and_out_of_range_hyperparam
         ..Default::default()
     };
     assert!(RAdam::new(vec![w.clone()], bad).is_ok());
+    // AdamW (Adam with decoupled weight decay) and NAdam: the same, and NaN from the first step
+    let adamw = ParamsAdam {
+        beta_1: f64::NAN,
+        weight_decay: Some(WeightDecay::DecoupledWeightDecay(1e-2)),
+        ..Default::default()
+    };
+    let nadam = ParamsNAdam {
+        beta_1: f64::NAN,
+        ..Default::default()
+    };
+    let w = Var::new(&[0.5f32, -1.0], &Device::Cpu).unwrap();
+    let mut opt = Adam::new(vec![w.clone()], adamw).expect("AdamW accepted");
+    opt.step(&grads_for(&w, &g)).expect("and stepped");
+    assert!(w.to_vec1::<f32>().unwrap().iter().all(|x| x.is_nan()));
+    let w = Var::new(&[0.5f32, -1.0], &Device::Cpu).unwrap();
+    let mut opt = NAdam::new(vec![w.clone()], nadam).expect("NAdam accepted");
+    opt.step(&grads_for(&w, &g)).expect("and stepped");
+    assert!(w.to_vec1::<f32>().unwrap().iter().all(|x| x.is_nan()));
 }
 
 #[test]
-fn finding_candle_adam_and_radam_step_fails_on_a_zero_element_parameter() {
+fn finding_candle_adam_adamw_radam_nadam_step_fails_on_a_zero_element_parameter() {
     // docs/findings/candle-optimisers-empty-parameter.md
     let empty = Tensor::zeros(0, DType::F64, &Device::Cpu).unwrap();
     let w = Var::from_tensor(&empty).unwrap();
@@ -191,6 +211,20 @@ fn finding_candle_adam_and_radam_step_fails_on_a_zero_element_parameter() {
     let e = radam
         .step(&grads_for(&w, &g))
         .expect_err("RAdam's step fails");
+    assert!(e.to_string().contains("derived from its value"), "{e}");
+    let mut nadam = NAdam::new(vec![w.clone()], ParamsNAdam::default()).unwrap();
+    let e = nadam
+        .step(&grads_for(&w, &g))
+        .expect_err("NAdam's step fails");
+    assert!(e.to_string().contains("derived from its value"), "{e}");
+    let adamw = ParamsAdam {
+        weight_decay: Some(WeightDecay::DecoupledWeightDecay(1e-2)),
+        ..Default::default()
+    };
+    let mut adamw = Adam::new(vec![w.clone()], adamw).unwrap();
+    let e = adamw
+        .step(&grads_for(&w, &g))
+        .expect_err("AdamW's step fails");
     assert!(e.to_string().contains("derived from its value"), "{e}");
     // the cause, in candle-core: an element-wise op on an empty tensor returns its input
     let same = (w.as_tensor() - &g).unwrap();

@@ -19,7 +19,9 @@
 //!
 //! `peer_optim` decodes the reference's `radam` input ([`harness::laws::fuzz::RadamInput`]: raw
 //! hyperparameters, dtype, up to 64 elements and 16 steps of any gradients) and runs it through
-//! candle-optimisers' Adam and RAdam (f16 cases run in f32). What must hold: no panic; every step
+//! candle-optimisers' Adam, AdamW, RAdam and NAdam, each asked for as
+//! [`crate::pytorch_convention::Torch::spec`] asks (RAdam at its fixed threshold 5, NAdam with
+//! Nesterov momentum; f16 cases run in f32). What must hold: no panic; every step
 //! the peer accepts inside the reference's finiteness domain
 //! ([`harness::laws::radam::finiteness_domain`]: finite data, hyperparameters in range, a
 //! bounded update) gives finite updates. Not re-reported: invalid hyperparameters the peer
@@ -39,8 +41,11 @@
 //! assert!(peers::fuzz::ode(&[0u8; 64]).is_ok());
 //! ```
 
-use crate::candle_optimisers_adapter::{make_adam, make_radam};
+use crate::candle_optimisers_adapter::{
+    make_adam, make_adamw, make_nadam, make_radam, CandleOptimiser,
+};
 use crate::ode_solvers_adapter::{Method, OdeSolvers};
+use crate::pytorch_convention::{Torch, PYTORCH_ADAMW_WEIGHT_DECAY, PYTORCH_NADAM_MOMENTUM_DECAY};
 use arbitrary::{Arbitrary, Unstructured};
 use harness::backend::DType;
 use harness::laws::fuzz::{OdeInput, RadamInput};
@@ -188,24 +193,33 @@ pub fn optim(data: &[u8]) -> Result<(), String> {
     if !finiteness_domain(&case) || case.params.is_empty() {
         return Ok(());
     }
-    for algorithm in [Algorithm::Adam, Algorithm::RAdam] {
-        let spec = OptimizerSpec {
-            algorithm,
-            learning_rate: case.learning_rate,
-            hyper: case.hyper,
-        };
-        let make = if algorithm == Algorithm::Adam {
-            make_adam
-        } else {
-            make_radam
-        };
+    type Make = fn(&OptimizerSpec) -> harness::reference::Result<CandleOptimiser>;
+    let subjects: [(Make, Torch); 4] = [
+        (make_adam, Torch::Adam),
+        (
+            make_adamw,
+            Torch::AdamW {
+                weight_decay: PYTORCH_ADAMW_WEIGHT_DECAY,
+            },
+        ),
+        (make_radam, Torch::RAdam),
+        (
+            make_nadam,
+            Torch::NAdam {
+                momentum_decay: PYTORCH_NADAM_MOMENTUM_DECAY,
+            },
+        ),
+    ];
+    for (make, torch) in subjects {
+        let spec = torch.spec(&case);
         let Ok(opt) = make(&spec) else {
             continue; // not expressible in the peer's parameters
         };
-        if known_optim_finding(algorithm, &case) {
+        if known_optim_finding(spec.algorithm, &case) {
             continue;
         }
-        let broke = |what: String| format!("candle-optimisers {algorithm:?}: {what} on {case:?}");
+        let name = torch.name();
+        let broke = |what: String| format!("candle-optimisers {name}: {what} on {case:?}");
         let result = if case.dtype == DType::F64 {
             steps::<f64, _>(opt, &case)
         } else {

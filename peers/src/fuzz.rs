@@ -4,7 +4,8 @@
 //! `peer_ode` decodes the same raw input as the reference's `ode` target
 //! ([`harness::laws::fuzz::OdeInput`]: a small system `y_i' = sum_j A_ij y_j + c_i y_i^2`, any
 //! interval, tolerances, first step and step budget, unvalidated) into one [`SolveRequest`] and
-//! gives it to every peer method that takes its kind of stepping. What must hold:
+//! gives it to every peer method that takes its kind of stepping (`ode_solvers`' methods, then
+//! `diffsol`'s Tsit45). What must hold:
 //!
 //! - no panic, no hang (the campaign runs with libFuzzer's `-timeout`), no memory exhaustion;
 //! - an `Ok` answer is finite and has as many components as the start;
@@ -13,7 +14,9 @@
 //! Inputs inside a published finding are not re-reported (the findings' reproduction tests hold
 //! them): `Rk4` with a step that does not advance toward the end or a non-finite start, end or
 //! step, and `Rk4`'s non-finite answers (`docs/findings/ode_solvers-rk4-bad-input.md`), and `Dopri5` taking one step past its
-//! budget (`docs/findings/ode_solvers-dopri5-step-limit-off-by-one.md`). Constant-step requests of more than
+//! budget (`docs/findings/ode_solvers-dopri5-step-limit-off-by-one.md`), and `diffsol`'s
+//! non-finite answers (it accepts steps whose error estimate is NaN:
+//! `docs/findings/diffsol-nan-error-estimate-accepted.md`). Constant-step requests of more than
 //! [`MAX_CONSTANT_STEPS`] steps are not sent: `Rk4` has no step limit and keeps every step's state,
 //! so such a request is a request for that much memory, not a defect.
 //!
@@ -44,6 +47,7 @@
 use crate::candle_optimisers_adapter::{
     make_adam, make_adamw, make_nadam, make_radam, CandleOptimiser,
 };
+use crate::diffsol_adapter::Diffsol;
 use crate::ode_solvers_adapter::{Method, OdeSolvers};
 use crate::pytorch_convention::{Torch, PYTORCH_ADAMW_WEIGHT_DECAY, PYTORCH_NADAM_MOMENTUM_DECAY};
 use arbitrary::{Arbitrary, Unstructured};
@@ -110,36 +114,58 @@ pub fn ode(data: &[u8]) -> Result<(), String> {
         if !solver.supports(&r.stepping) || known_finding(method, &r) {
             continue;
         }
-        let Ok(report) = solver.solve(&r) else {
-            continue; // a typed error: fine
-        };
-        let broke = |what: String| format!("{}: {what} on {r:?}", solver.name());
-        if report.y_final.len() != r.y0.len() {
-            return Err(broke(format!(
-                "answer of {} components for a start of {}",
-                report.y_final.len(),
-                r.y0.len()
-            )));
-        }
         // Rk4 never checks its state: a start that overflows is integrated into a non-finite
-        // answer reported as success (docs/findings/ode_solvers-rk4-bad-input.md, item 2)
-        if method != Method::Rk4 && report.y_final.iter().any(|v| !v.is_finite()) {
-            return Err(broke(format!(
-                "non-finite answer {:?} reported as success",
-                report.y_final
-            )));
-        }
+        // answer reported as success (docs/findings/ode_solvers-rk4-bad-input.md, item 2);
         // Dopri5 takes one step past its limit
         // (docs/findings/ode_solvers-dopri5-step-limit-off-by-one.md)
-        let allowed = r.max_steps + usize::from(method == Method::Dopri5);
-        if matches!(r.stepping, Stepping::Adaptive { .. })
-            && report.accepted + report.rejected > allowed
-        {
-            return Err(broke(format!(
-                "{} accepted + {} rejected steps over a budget of {}",
-                report.accepted, report.rejected, r.max_steps
-            )));
-        }
+        answer_holds(
+            &solver,
+            &r,
+            method != Method::Rk4,
+            usize::from(method == Method::Dopri5),
+        )?;
+    }
+    // diffsol accepts steps into NaN and returns the NaN state
+    // (docs/findings/diffsol-nan-error-estimate-accepted.md)
+    if Diffsol.supports(&r.stepping) {
+        answer_holds(&Diffsol, &r, false, 0)?;
+    }
+    Ok(())
+}
+
+/// The target's checks of one solve of `r` by `solver`: an `Ok` answer has as many components as
+/// the start, is finite when `finite` (else the non-finite answer is a published finding), and
+/// an adaptive solve took at most `max_steps + over_budget` attempted steps.
+fn answer_holds(
+    solver: &dyn OdeSolver,
+    r: &SolveRequest,
+    finite: bool,
+    over_budget: usize,
+) -> Result<(), String> {
+    let Ok(report) = solver.solve(r) else {
+        return Ok(()); // a typed error: fine
+    };
+    let broke = |what: String| format!("{}: {what} on {r:?}", solver.name());
+    if report.y_final.len() != r.y0.len() {
+        return Err(broke(format!(
+            "answer of {} components for a start of {}",
+            report.y_final.len(),
+            r.y0.len()
+        )));
+    }
+    if finite && report.y_final.iter().any(|v| !v.is_finite()) {
+        return Err(broke(format!(
+            "non-finite answer {:?} reported as success",
+            report.y_final
+        )));
+    }
+    if matches!(r.stepping, Stepping::Adaptive { .. })
+        && report.accepted + report.rejected > r.max_steps + over_budget
+    {
+        return Err(broke(format!(
+            "{} accepted + {} rejected steps over a budget of {}",
+            report.accepted, report.rejected, r.max_steps
+        )));
     }
     Ok(())
 }

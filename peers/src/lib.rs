@@ -5,6 +5,7 @@
 //! | crate | version | subjects |
 //! |---|---|---|
 //! | `ode_solvers` | 0.6.2 | `Dopri5`, `Dop853` (adaptive), `Rk4` (constant steps), through [`ode_solvers_adapter`] |
+//! | `diffsol` | 0.18.0 | `ExplicitRk` with the `Tsit45` tableau (adaptive), through [`diffsol_adapter`] |
 //! | `candle-optimisers` | 0.10.2 | `Adam` (the optimizer suite, optax's convention, and PyTorch's), `AdamW` (decoupled weight decay 1e-2), `RAdam` and `NAdam` (momentum decay 4e-3): the optimizer suite's laws with the reference in PyTorch's convention ([`pytorch_convention`]), on `candle-core` 0.10.2's CPU device, through [`candle_optimisers_adapter`] |
 //! | `candle-nn` | 0.10.2 | a stack of linear layers built through `VarMap`/`VarBuilder` in f32 then cast to f16, or directly in f16: measured peaks against the reference's analytic bounds, through [`candle_nn_stack_adapter`] |
 //!
@@ -24,6 +25,7 @@
 
 pub mod candle_nn_stack_adapter;
 pub mod candle_optimisers_adapter;
+pub mod diffsol_adapter;
 pub mod fuzz;
 pub mod ode_solvers_adapter;
 pub mod pytorch_convention;
@@ -88,6 +90,11 @@ pub fn subjects() -> Vec<(&'static str, &'static str, Arc<dyn OdeSolver>)> {
                 Arc::new(ode_solvers_adapter::OdeSolvers(m)) as Arc<dyn OdeSolver>,
             )
         })
+        .chain(std::iter::once((
+            "diffsol",
+            diffsol_adapter::VERSION,
+            Arc::new(diffsol_adapter::Diffsol) as Arc<dyn OdeSolver>,
+        )))
         .collect()
 }
 

@@ -1,5 +1,5 @@
 //! Reproductions of the findings in `docs/findings/` about the peers (`ode_solvers-*.md`,
-//! `candle-optimisers-*.md`): each test passes while the pinned release behaves as observed; a
+//! `diffsol-*.md`, `candle-optimisers-*.md`): each test passes while the pinned release behaves as observed; a
 //! fixed release makes it fail, which is the signal to update the conformance table and the
 //! write-up.
 
@@ -9,6 +9,7 @@ use candle_optimisers::adam::{Adam, ParamsAdam};
 use candle_optimisers::nadam::{NAdam, ParamsNAdam};
 use candle_optimisers::radam::{ParamsRAdam, RAdam};
 use candle_optimisers::Decay as WeightDecay;
+use diffsol::{NalgebraMat, OdeBuilder, OdeSolverMethod, OdeSolverStopReason, Vector};
 use ode_solvers::{DVector, Dop853, Dopri5, OutputType, Rk4, System};
 
 // The allocation reproduction counts this binary's allocations (per thread: exact).
@@ -131,6 +132,139 @@ fn finding_dopri5_takes_one_step_more_than_n_max_where_dop853_stops() {
     let (_, refused) = dop853(n8 - 1);
     assert!(refused.unwrap().contains("MaxNumStepReached"));
     assert_eq!(dop853(n8), (n8, None));
+}
+
+/// Where a stepped Tsit45 solve ([`tsit45`]) ended: the last result of `step()`, the solver's
+/// time and state, and its accepted and rejected step counts.
+struct Tsit45Run {
+    last: Result<OdeSolverStopReason<f64>, String>,
+    t: f64,
+    y: Vec<f64>,
+    accepted: usize,
+    rejected: usize,
+}
+
+/// `diffsol`'s Tsit45 on `field` from `t = 0`, `y = y0` toward `t1` at `rtol` and `atol = 1e-8`
+/// (`h0` gives only the direction), stepped until it stops or for `max_calls` calls of `step()`.
+fn tsit45(
+    field: impl Fn(f64, &[f64], &mut [f64]),
+    y0: [f64; 2],
+    t1: f64,
+    rtol: f64,
+    max_calls: usize,
+) -> Tsit45Run {
+    let problem = OdeBuilder::<NalgebraMat<f64>>::new()
+        .h0(if t1 < 0.0 { -1.0 } else { 1.0 })
+        .rtol(rtol)
+        .atol([1e-8])
+        .rhs(move |x: &[f64], _p: &[f64], t: f64, dy: &mut [f64]| field(t, x, dy))
+        .init(
+            move |_p: &[f64], _t: f64, y: &mut [f64]| y.copy_from_slice(&y0),
+            2,
+        )
+        .build()
+        .unwrap();
+    let mut s = problem.tsit45().unwrap();
+    s.set_stop_time(t1).unwrap();
+    let mut last = Ok(OdeSolverStopReason::InternalTimestep);
+    for _ in 0..max_calls {
+        last = s.step().map_err(|e| e.to_string());
+        if last != Ok(OdeSolverStopReason::InternalTimestep) {
+            break;
+        }
+    }
+    let st = s.get_statistics();
+    Tsit45Run {
+        last,
+        t: s.state().t,
+        y: s.state().y.clone_as_vec(),
+        accepted: st.number_of_steps,
+        rejected: st.number_of_error_test_failures,
+    }
+}
+
+fn decay(_t: f64, y: &[f64], dy: &mut [f64]) {
+    for (d, v) in dy.iter_mut().zip(y) {
+        *d = -v;
+    }
+}
+
+#[test]
+fn finding_diffsol_tsit45_accepts_steps_whose_error_estimate_is_nan() {
+    // docs/findings/diffsol-nan-error-estimate-accepted.md: a field that is NaN (or infinite)
+    // from t = 0.5 on; the solve reaches t1 = 1 with no error and no rejected step
+    for bad in [f64::NAN, f64::INFINITY] {
+        let field = move |t: f64, y: &[f64], dy: &mut [f64]| {
+            for (d, v) in dy.iter_mut().zip(y) {
+                *d = if t < 0.5 { -v } else { bad };
+            }
+        };
+        let r = tsit45(field, [1.0, 0.5], 1.0, 1e-6, 100);
+        assert_eq!(r.last, Ok(OdeSolverStopReason::TstopReached), "{bad}");
+        assert_eq!(r.t, 1.0);
+        assert!(r.y.iter().all(|v| v.is_nan()), "{:?}", r.y);
+        assert_eq!((r.accepted, r.rejected), (6, 0), "{bad}");
+    }
+    // the crate's own `solve` returns the NaN state at t1 as its answer
+    let problem = OdeBuilder::<NalgebraMat<f64>>::new()
+        .rhs(|x: &[f64], _p: &[f64], t: f64, dy: &mut [f64]| {
+            for (d, v) in dy.iter_mut().zip(x) {
+                *d = if t < 0.5 { -v } else { f64::NAN };
+            }
+        })
+        .init(
+            |_p: &[f64], _t: f64, y: &mut [f64]| y.copy_from_slice(&[1.0, 0.5]),
+            2,
+        )
+        .build()
+        .unwrap();
+    let (_, ts, reason) = problem.tsit45().unwrap().solve(1.0).unwrap();
+    assert_eq!(reason, OdeSolverStopReason::TstopReached);
+    assert_eq!(ts.last(), Some(&1.0));
+}
+
+#[test]
+fn finding_diffsol_tsit45_reports_an_overflowed_solve_as_having_reached_its_stop_time() {
+    // y' = -y backward from y(0) = [1, 0.5]: the state overflows past t = -709 and turns NaN,
+    // the NaN steps are accepted at the maximum growth factor, and the solve stops at t1 = -1000
+    let r = tsit45(decay, [1.0, 0.5], -1000.0, 1e-6, 100_000);
+    assert_eq!(r.last, Ok(OdeSolverStopReason::TstopReached));
+    assert_eq!(r.t, -1000.0);
+    assert!(r.y.iter().all(|v| v.is_nan()), "{:?}", r.y);
+    assert_eq!((r.accepted, r.rejected), (2604, 0));
+    // toward t1 = -inf, the stop test's window 100 eps (|t| + |h|) overflows to infinity once
+    // |t| + |h| > f64::MAX, and a finite time counts as having reached -inf
+    let r = tsit45(decay, [1.0, 0.5], f64::NEG_INFINITY, 1e-6, 100_000);
+    assert_eq!(r.last, Ok(OdeSolverStopReason::TstopReached));
+    assert!(r.t.is_finite() && r.t < -1e307, "{}", r.t);
+    assert!(r.y.iter().all(|v| v.is_nan()), "{:?}", r.y);
+    assert_eq!((r.accepted, r.rejected), (3618, 0));
+}
+
+#[test]
+fn finding_diffsol_tsit45_steps_a_nan_start_without_end_or_error() {
+    // a NaN start: every step is accepted, the time is NaN, and t1 is never reached
+    let r = tsit45(decay, [f64::NAN, 0.5], 1.0, 1e-6, 10_000);
+    assert_eq!(r.last, Ok(OdeSolverStopReason::InternalTimestep));
+    assert!(r.t.is_nan(), "{}", r.t);
+    assert_eq!((r.accepted, r.rejected), (10_000, 0));
+}
+
+#[test]
+fn finding_diffsol_tsit45_accepts_a_zero_or_negative_rtol() {
+    // docs/findings/diffsol-nonpositive-rtol-accepted.md: with atol = 1e-8, y' = -y over [0, 1]
+    // is solved under every rtol below; a negative rtol takes the steps its magnitude takes
+    let exact = [(-1f64).exp(), 0.5 * (-1f64).exp()];
+    let mut steps = Vec::new();
+    for rtol in [0.0, -1e-6, -1.0, 1e-6, 1.0] {
+        let r = tsit45(decay, [1.0, 0.5], 1.0, rtol, 10_000);
+        assert_eq!(r.last, Ok(OdeSolverStopReason::TstopReached), "rtol {rtol}");
+        let err = (r.y[0] - exact[0]).abs().max((r.y[1] - exact[1]).abs());
+        steps.push((r.accepted, r.rejected));
+        assert!(err < 1e-5, "rtol {rtol}: error {err:e}");
+    }
+    // rtol:        0        -1e-6   -1      1e-6    1
+    assert_eq!(steps, [(12, 0), (7, 0), (2, 0), (7, 0), (2, 0)]);
 }
 
 /// A gradient store holding `grad` for `var` (the store's constructor is private: one from a

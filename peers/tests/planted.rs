@@ -3,6 +3,7 @@
 
 use harness::reference::Result;
 use harness::subject::ode::{self, OdeSolver, SolveReport, SolveRequest, Stepping, SuiteOptions};
+use peers::diffsol_adapter::Diffsol;
 use peers::ode_solvers_adapter::{Method, OdeSolvers};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,9 +24,9 @@ enum Bug {
     OneStepOverBudget,
 }
 
-/// An `ode_solvers` method behind its adapter, with `bug` planted in the adapter.
+/// A peer method behind its adapter, with `bug` planted in the adapter.
 struct Planted {
-    inner: OdeSolvers,
+    inner: Arc<dyn OdeSolver>,
     bug: Bug,
     calls: AtomicU64,
 }
@@ -66,9 +67,9 @@ impl OdeSolver for Planted {
     }
 }
 
-fn failing_law(method: Method, bug: Bug) -> Vec<(String, String)> {
+fn failing_law(inner: Arc<dyn OdeSolver>, bug: Bug) -> Vec<(String, String)> {
     let solver = Arc::new(Planted {
-        inner: OdeSolvers(method),
+        inner,
         bug,
         calls: AtomicU64::new(0),
     });
@@ -110,12 +111,31 @@ fn each_law_passing_on_the_peers_fails_on_a_bug_planted_in_their_adapter() {
         ),
     ];
     for (method, bug, law) in cases {
-        let failed = failing_law(method, bug);
+        let failed = failing_law(Arc::new(OdeSolvers(method)), bug);
         let hit = failed.iter().find(|(name, _)| name == law);
         assert!(
             hit.is_some(),
             "{method:?} with {bug:?}: {law} held; failed: {failed:?}"
         );
         println!("{law} on {method:?} with {bug:?}:\n{}\n", hit.unwrap().1);
+    }
+}
+
+#[test]
+fn each_law_passing_on_diffsol_fails_on_a_bug_planted_in_its_adapter() {
+    let cases = [
+        (Bug::IgnoresTolerance, "ode_tolerance_proportionality"),
+        (Bug::ShortBackward, "ode_round_trip"),
+        (Bug::Jitter, "ode_reproducible"),
+        (Bug::OneStepOverBudget, "ode_step_budget_honoured"),
+    ];
+    for (bug, law) in cases {
+        let failed = failing_law(Arc::new(Diffsol), bug);
+        let hit = failed.iter().find(|(name, _)| name == law);
+        assert!(
+            hit.is_some(),
+            "diffsol with {bug:?}: {law} held; failed: {failed:?}"
+        );
+        println!("{law} on diffsol with {bug:?}:\n{}\n", hit.unwrap().1);
     }
 }

@@ -139,3 +139,50 @@ fn each_law_passing_on_diffsol_fails_on_a_bug_planted_in_its_adapter() {
         println!("{law} on diffsol with {bug:?}:\n{}\n", hit.unwrap().1);
     }
 }
+
+/// The reference's Adam steps a zero-element parameter (its update is empty, the other leaf's is
+/// the reference's); a subject that drops the empty leaf from its updates, and candle's Adam
+/// (which errs: `docs/findings/candle-optimisers-empty-parameter.md`), fail the law with a
+/// message naming the optimizer, the dtype and what went wrong.
+#[test]
+fn the_empty_parameter_law_holds_on_the_reference_and_fails_on_a_dropped_leaf_and_on_candle() {
+    use harness::optim;
+    use harness::subject::optimizer::{Optimizer, OptimizerSpec, Staged};
+    use harness::tree::Tree;
+    use peers::pytorch_convention::{steps_empty_parameter, Torch};
+
+    let reference =
+        |s: &OptimizerSpec| Ok(Staged::new(optim::adam(s.learning_rate, s.hyper.moments)?));
+    assert_eq!(steps_empty_parameter(&reference, &[Torch::Adam]), Ok(2));
+
+    /// The reference's Adam, with every zero-element leaf left out of its updates.
+    struct DropsEmpty<T>(T);
+    impl<E: harness::backend::Float, T: Optimizer<E>> Optimizer<E> for DropsEmpty<T> {
+        type State = T::State;
+        fn init(&mut self, p: &Tree<E>) -> Result<T::State> {
+            self.0.init(p)
+        }
+        fn update(
+            &mut self,
+            g: &Tree<E>,
+            s: &T::State,
+            p: &Tree<E>,
+        ) -> Result<(Tree<E>, T::State)> {
+            let (u, next) = self.0.update(g, s, p)?;
+            let kept = u
+                .iter()
+                .filter(|(_, a)| a.len() > 0)
+                .map(|(n, a)| (n.clone(), a.clone()));
+            Ok((Tree::from_leaves(kept)?, next))
+        }
+    }
+    let dropping = |s: &OptimizerSpec| Ok(DropsEmpty(reference(s)?));
+    let e = steps_empty_parameter(&dropping, &[Torch::Adam]).unwrap_err();
+    assert!(e.contains("Adam float32"), "{e}");
+    println!("dropped leaf: {e}");
+
+    let e = steps_empty_parameter(&peers::candle_optimisers_adapter::make_adam, &[Torch::Adam])
+        .unwrap_err();
+    assert!(e.contains("derived from its value"), "{e}");
+    println!("candle Adam: {e}");
+}

@@ -423,7 +423,7 @@ pub fn matches_reference<E: Float, O: Optimizer<E>>(
 
 /// Run `opt` from `params` over `grads`, each update applied before the next step, and compare
 /// every update with `want` (one tree per step) within [`tolerance::conformance`] of `E`.
-/// `Err` names the step (`at(step)`, 1-based), the leaf and element, the two values, and the
+/// `Err` names the step (`at(step)`, 1-based; `at(0)` for `init`), the leaf and element, the two values, and the
 /// comparison's name (`reference` in the messages), or the subject's own error.
 ///
 /// # References
@@ -454,13 +454,13 @@ pub fn compare_step_for_step<E: Float, O: Optimizer<E>>(
     let tol = tolerance::conformance(E::DTYPE);
     let through_params = opt.updates_read_through_params();
     let mut p = params;
-    let mut state = opt.init(&p).map_err(|e| format!("init: {e}"))?;
+    let mut state = opt.init(&p).map_err(|e| format!("{}: init: {e}", at(0)))?;
     for (t, (g, w)) in grads.iter().zip(want).enumerate() {
         let (u, next) = opt
             .update(g, &state, &p)
-            .map_err(|e| format!("step {}: {e}", t + 1))?;
+            .map_err(|e| format!("{}: {e}", at(t + 1)))?;
         u.check_like(w, "updates")
-            .map_err(|e| format!("step {}: {e}", t + 1))?;
+            .map_err(|e| format!("{}: {e}", at(t + 1)))?;
         for (name, got) in u.iter() {
             let expected = w.get(name).expect("same leaves");
             let old = p.get(name).expect("same leaves");

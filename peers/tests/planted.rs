@@ -171,7 +171,7 @@ fn the_empty_parameter_law_holds_on_the_reference_and_fails_on_a_dropped_leaf_an
             let (u, next) = self.0.update(g, s, p)?;
             let kept = u
                 .iter()
-                .filter(|(_, a)| a.len() > 0)
+                .filter(|(_, a)| !a.is_empty())
                 .map(|(n, a)| (n.clone(), a.clone()));
             Ok((Tree::from_leaves(kept)?, next))
         }

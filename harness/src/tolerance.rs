@@ -62,7 +62,8 @@ pub fn spacing(dtype: DType, x: f64) -> f64 {
 /// exact when the two are within a factor 2 (Sterbenz) or rounds once more, so the reading
 /// is off the step by at most 1.5 units in the last place of the larger of `|old|` and
 /// `|old + want|`; the allowance is 2 of them, added to `atol`. In f32 a parameter near 3000 has
-/// spacing 2.4e-4: an update of 7e-3 read this way may be 0.7% off, which no bug explains.
+/// spacing 2.4e-4: an update of 7e-3 read this way may be off by up to 3.7e-4 (5%), which no
+/// bug explains.
 ///
 /// ```
 /// use harness::backend::DType;

@@ -111,8 +111,32 @@ pub fn best_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
 /// below 5%): [`attach_limits`] reports it as a broken limit instead of printing the ratio.
 pub const BROKEN_LIMIT_RATIO: f64 = 1.05;
 
-/// Run the figures of `area` (`all` runs every implemented area).
+/// Keep freed memory in the process for the rest of the run (glibc's allocator only; elsewhere
+/// nothing changes).
+///
+/// By default glibc serves a block above 128 KiB with its own mapping and unmaps it when freed, and
+/// trims the heap's free top above 128 KiB: the next allocation of the same size faults every page
+/// in again and the kernel zeroes it. A step that returns new vectors (the line search's gradient,
+/// direction, update and point: 256 KiB each at 65,536 parameters) then spends its time in page
+/// faults, 40% of the step as measured (376 us against 221 us with memory kept). XLA's allocator
+/// keeps optax's buffers the same way, so the benches compare kernels, not the allocator's policy:
+/// mappings stay for blocks up to 32 MiB (glibc's largest threshold) and the heap is trimmed only
+/// above 1 GiB of free top. Blocks above 32 MiB are still fresh mappings (the stacked init's and
+/// `fresh_write_gbps`'s buffers). Library users choose their own allocator and its settings.
+pub fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only changes two thresholds of the allocator; it is called before the
+    // benches allocate and is safe to call at any time.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
+/// Run the figures of `area` (`all` runs every implemented area), after
+/// [`keep_freed_memory`].
 pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
+    keep_freed_memory();
     match area {
         "optim" => optim(quick),
         "ode" => ode(quick),
@@ -187,7 +211,8 @@ pub fn ns5_flops(n: usize) -> f64 {
 
 pub fn attach_limits(figures: &mut [Figure]) {
     let get = |name: &str| figures.iter().find(|f| f.name == name).map(|f| f.value);
-    let copy = get("copy_bandwidth_gbps");
+    let cache_stream = get("cache_stream_65536_gbps");
+    let flops = get("f32_flops_gflops");
     let stream = get("stream_4r3w_gbps");
     let fresh = get("fresh_write_gbps");
     let gemm = get("gemm_1024_gflops");
@@ -255,12 +280,28 @@ pub fn attach_limits(figures: &mut [Figure]) {
             ),
             "linesearch_rosenbrock_65536_ms" => time(
                 f,
-                copy.zip(ls_evals)
-                    .map(|(c, e)| (LINESEARCH_DIM * 8) as f64 * (e + 1.0) / (c * 1e9) * 1e3),
-                "copy bandwidth: write and read one f32 point (8 B/param) per evaluation, \
-                 evaluations + 1"
+                cache_stream
+                    .zip(flops)
+                    .zip(ls_evals)
+                    .map(|((c, fl), e)| linesearch_limit_seconds(LINESEARCH_DIM, e, c, fl) * 1e3),
+                "each pass of the step (LINESEARCH_PASSES, and one per evaluation) at the slower \
+                 of its bytes at cache_stream_65536_gbps and its flops at f32_flops_gflops"
                     .into(),
             ),
+            "f32_flops_gflops" => {
+                f.limit_source = Some(
+                    "is the limit: f32 products and sums (not fused) in cache, widest vectors, \
+                     one core or two, best of the run"
+                        .into(),
+                )
+            }
+            "cache_stream_65536_gbps" => {
+                f.limit_source = Some(
+                    "is the limit: two cache-resident f32 vectors of 65536 read and summed, one \
+                     core or two, best of the run"
+                        .into(),
+                )
+            }
             "ns5_1024_15_gemms_ms" => {
                 f.limit_source =
                     Some("a comparison: 15 plain gemms at the measured rate (not the limit)".into())
@@ -376,9 +417,131 @@ pub fn stream_4r3w_gbps(reps: usize) -> f64 {
     (FUSED_BYTES_PER_PARAM * FUSED_PARAMS) as f64 / secs / 1e9
 }
 
+/// The passes of one line-search step on `f32` Rosenbrock, per parameter: `(name, bytes, flops)`
+/// (flops counted from the formulas, each `+ - *` one flop, no fused multiply-add).
+///
+/// - value and gradient: read x, write g; the term's 7 flops and its lane add, the gradient's 12;
+/// - `sgd(1)`: read g, write u = -g; 1;
+/// - slope `<u, g>`: read u and g; a product and a lane add;
+/// - each evaluation `f(w + eta u)`: read w and u; the candidate's 4 flops (two coordinates per
+///   term), the term's 7 and its lane add;
+/// - the scaled update `lr u`: read u, write it; 1;
+/// - `apply_updates`: read x and the update, write the new point; 1.
+pub const LINESEARCH_PASSES: [(&str, f64, f64); 5] = [
+    ("value_and_grad", 8.0, 20.0),
+    ("sgd", 8.0, 1.0),
+    ("slope", 8.0, 2.0),
+    ("scaled_update", 8.0, 1.0),
+    ("apply_updates", 12.0, 1.0),
+];
+/// An evaluation's pass, per parameter: `(bytes, flops)` (see [`LINESEARCH_PASSES`]).
+pub const LINESEARCH_EVAL_PASS: (f64, f64) = (8.0, 12.0);
+
+/// The line-search step's limit in seconds: each pass at the slower of its bytes at
+/// `stream_gbps` and its flops at `flops_gflops`, summed over the passes and `evals` evaluations.
+pub fn linesearch_limit_seconds(
+    dim: usize,
+    evals: f64,
+    stream_gbps: f64,
+    flops_gflops: f64,
+) -> f64 {
+    let pass = |bytes: f64, flops: f64| {
+        let n = dim as f64;
+        (n * bytes / (stream_gbps * 1e9)).max(n * flops / (flops_gflops * 1e9))
+    };
+    let fixed: f64 = LINESEARCH_PASSES.iter().map(|&(_, b, f)| pass(b, f)).sum();
+    fixed + evals * pass(LINESEARCH_EVAL_PASS.0, LINESEARCH_EVAL_PASS.1)
+}
+
+/// The best rate of f32 additions and multiplications (not fused) on this machine: an
+/// element-wise recurrence `y <- (y a + b) a + b ...` (6 products, 6 sums per element) over an
+/// array that stays in the first-level cache, compiled for the CPU's widest vectors, on one core
+/// or split over two, whichever is faster.
+pub fn f32_flops_gflops(reps: usize) -> f64 {
+    use crate::backend::{vectorised, Kernel};
+    struct Recurrence<'a>(&'a mut [f32], usize);
+    impl Kernel for Recurrence<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn run(self) {
+            let (a, b) = (0.999_f32, 1e-3_f32);
+            for _ in 0..self.1 {
+                for y in self.0.iter_mut() {
+                    let mut v = *y;
+                    for _ in 0..6 {
+                        v = v * a + b;
+                    }
+                    *y = v;
+                }
+            }
+        }
+    }
+    let n = 2048; // 8 KiB: first-level cache
+    let sweeps = 256;
+    let mut y: Vec<f32> = (0..n).map(|i| (i as f32).sin()).collect();
+    let one = best_seconds(reps, || vectorised(Recurrence(&mut y, sweeps)));
+    let (lo, hi) = y.split_at_mut(n / 2);
+    let two = best_seconds(reps, || {
+        rayon::join(
+            || vectorised(Recurrence(lo, sweeps)),
+            || vectorised(Recurrence(hi, sweeps)),
+        );
+    });
+    std::hint::black_box(&y);
+    (12 * n * sweeps) as f64 / one.min(two) / 1e9
+}
+
+/// The best rate at which this machine streams two f32 vectors of `n` elements that live in its
+/// caches (a sum of `w_i + u_i` in the lane order, compiled for the CPU's widest vectors), on one
+/// core or split over two, whichever is faster: 8 bytes per element counted. The limit of work
+/// that moves `n`-element vectors a pass at a time, as the line search does.
+pub fn cache_stream_gbps(n: usize, reps: usize) -> f64 {
+    use crate::backend::{vectorised, Kernel, Lanes, LANES};
+    struct SumBoth<'a>(&'a [f32], &'a [f32]);
+    impl Kernel for SumBoth<'_> {
+        type Output = f32;
+        #[inline(always)]
+        fn run(self) -> f32 {
+            // four independent sets of lanes, so that the adds' latency does not bound the rate
+            let mut lanes = [Lanes::default(); 4];
+            let width = 4 * LANES;
+            for (a, b) in self.0.chunks_exact(width).zip(self.1.chunks_exact(width)) {
+                for (j, l) in lanes.iter_mut().enumerate() {
+                    let mut t = [0.0f32; LANES];
+                    for k in 0..LANES {
+                        t[k] = a[j * LANES + k] + b[j * LANES + k];
+                    }
+                    l.add_block(&t);
+                }
+            }
+            lanes.iter().map(|l| l.total()).sum()
+        }
+    }
+    let w: Vec<f32> = (0..n).map(|i| (i as f32).sin()).collect();
+    let u: Vec<f32> = (0..n).map(|i| (i as f32).cos()).collect();
+    let passes = 64; // each timing covers many passes: one pass is microseconds
+    let one = best_seconds(reps, || {
+        for _ in 0..passes {
+            std::hint::black_box(vectorised(SumBoth(&w, &u)));
+        }
+    });
+    let h = n / 2;
+    let two = best_seconds(reps, || {
+        for _ in 0..passes {
+            std::hint::black_box(rayon::join(
+                || vectorised(SumBoth(&w[..h], &u[..h])),
+                || vectorised(SumBoth(&w[h..], &u[h..])),
+            ));
+        }
+    });
+    (8 * n * passes) as f64 / one.min(two) / 1e9
+}
+
 fn optim(quick: bool) -> Result<Vec<Figure>> {
     let reps = if quick { 3 } else { 11 };
     let copy = copy_bandwidth_gbps(reps);
+    let cache_stream = cache_stream_gbps(LINESEARCH_DIM, reps);
+    let flops = f32_flops_gflops(reps);
     let stream = stream_4r3w_gbps(reps);
     let mk = |v: f32| -> Result<Tree<f32>> {
         Ok(Tree::from_leaves([(
@@ -427,6 +590,8 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     Ok(vec![
         fig("copy_bandwidth_gbps", copy, "GB/s"),
         fig("stream_4r3w_gbps", stream, "GB/s"),
+        fig("cache_stream_65536_gbps", cache_stream, "GB/s"),
+        fig("f32_flops_gflops", flops, "GFLOP/s"),
         fig("adam_fused_16m_gbps", adam_gbps, "GB/s"),
         fig("radam_fused_16m_gbps", radam_gbps, "GB/s"),
         fig("adam_fused_vs_copy", adam_gbps / copy, "ratio"),
@@ -651,7 +816,8 @@ fn faces(quick: bool) -> Result<Vec<Figure>> {
 pub const LINESEARCH_DIM: usize = 1 << 16;
 
 /// Median milliseconds of one chained step on a `dim`-dimensional Rosenbrock (f32, start
-/// `x_i = 0.5 + 0.1 sin(i)`, 15 backtracking steps), and the evaluations it made.
+/// `x_i = 0.5 + 0.1 sin(i)`, 15 backtracking steps), and the evaluations it made; the steps run
+/// on a rayon worker.
 pub fn linesearch_rosenbrock(dim: usize, reps: usize) -> Result<(f64, i32)> {
     use crate::optim::linesearch::{
         point, sgd_linesearch, BacktrackingHyper, LineSearch, Objective, Rosenbrock, Staged,
@@ -667,17 +833,21 @@ pub fn linesearch_rosenbrock(dim: usize, reps: usize) -> Result<(f64, i32)> {
         std::hint::black_box(crate::tree::apply_updates(&x0, &u)?);
         Ok(s.1.info.num_linesearch_steps.value)
     };
-    let evals = step()?;
-    let mut failure = None;
-    let secs = median_seconds(reps, || {
-        if let Err(e) = step() {
-            failure = Some(e);
+    // the steps run on a rayon worker, as a training loop inside the pool does: there the
+    // objective's long sums split over the cores ([`crate::backend::blocked_sum`])
+    rayon::scope(|_| {
+        let evals = step()?;
+        let mut failure = None;
+        let secs = median_seconds(reps, || {
+            if let Err(e) = step() {
+                failure = Some(e);
+            }
+        });
+        match failure {
+            Some(e) => Err(e),
+            None => Ok((secs * 1e3, evals)),
         }
-    });
-    match failure {
-        Some(e) => Err(e),
-        None => Ok((secs * 1e3, evals)),
-    }
+    })
 }
 /// Side of the Newton–Schulz and GEMM figures.
 pub const MUON_N: usize = 1024;

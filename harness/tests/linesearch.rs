@@ -317,3 +317,63 @@ fn every_invalid_hyperparameter_is_a_typed_error_naming_it_and_its_range() {
         "+inf increase_factor is legal (start at max_learning_rate)"
     );
 }
+
+#[test]
+fn an_objectives_value_along_a_direction_equals_its_value_at_the_built_candidate() {
+    assert_law_holds("linesearch_value_along_matches_candidate");
+}
+
+/// Rosenbrock whose `value_along` departs from its `value` at the built candidate in one of two
+/// ways: the candidate's coordinates rounded once from f64 (`w + eta u` exact, then rounded) instead
+/// of rounding the product and the sum, or the terms summed by one running sum instead of the
+/// workspace's lane order.
+struct PlantedAlong {
+    wide_candidate: bool,
+}
+
+impl<A: harness::backend::Real> Objective<A> for PlantedAlong {
+    fn value(&self, x: &Tree<A>) -> harness::reference::Result<A> {
+        Rosenbrock.value(x)
+    }
+    fn value_and_grad(&self, x: &Tree<A>) -> harness::reference::Result<(A, Tree<A>)> {
+        Rosenbrock.value_and_grad(x)
+    }
+    fn value_along(&self, w: &Tree<A>, eta: A, u: &Tree<A>) -> harness::reference::Result<A> {
+        let (w, u) = (w.get("x").unwrap().data(), u.get("x").unwrap().data());
+        let x: Vec<A> = w
+            .iter()
+            .zip(u)
+            .map(|(&w, &u)| match self.wide_candidate {
+                true => A::of_f64(w.as_f64() + eta.as_f64() * u.as_f64()),
+                false => w + eta * u,
+            })
+            .collect();
+        if self.wide_candidate {
+            return Rosenbrock.value(&point::<A>(
+                &x.iter().map(|v| v.as_f64()).collect::<Vec<_>>(),
+            ));
+        }
+        let term = |a: A, b: A| {
+            let d = b - a * a;
+            let e = A::of_f64(1.0) - a;
+            A::of_f64(100.0) * (d * d) + e * e
+        };
+        Ok(x.windows(2).fold(A::zero(), |s, p| s + term(p[0], p[1])))
+    }
+}
+
+#[test]
+fn a_value_along_that_rounds_the_candidate_differently_is_caught_with_a_small_case() {
+    use harness::laws::linesearch::{along_case, value_along_matches_candidate};
+    for (planted, what) in [(true, "wide candidate"), (false, "running sum")] {
+        let subject = PlantedAlong {
+            wide_candidate: planted,
+        };
+        let e = harness::laws::check_property("planted", 256, 1, along_case(), |c| {
+            value_along_matches_candidate(&subject, c)
+        })
+        .expect_err(what);
+        assert!(e.contains("value_along"), "{what}: {e}");
+        println!("{what}: {e}");
+    }
+}

@@ -1,6 +1,7 @@
 //! Laws of the backtracking line search: Armijo at the returned point, the evaluation count and
 //! the final step size, monotone descent on convex quadratics, one state signature and one trace
-//! for N staged updates, and the zero step on non-finite objectives.
+//! for N staged updates, the zero step on non-finite objectives, and an objective's value at a
+//! candidate taken without building it.
 
 use super::{check_property, first_bit_difference, unsupported_dtype, Family, Law};
 use crate::backend::{Float, Real};
@@ -118,6 +119,19 @@ impl<A: Real> Objective<A> for CaseObjective {
             Problem::Quadratic(q) => q.value_and_grad(x),
         }?;
         Ok((self.poisoned(x).unwrap_or(v), g))
+    }
+    fn value_along(&self, w: &Tree<A>, eta: A, u: &Tree<A>) -> Result<A> {
+        if self.poison.is_some() {
+            // the poison is decided at the candidate: build it
+            return self.value(&linesearch::add_scale(w, eta, u));
+        }
+        self.evals.set(self.evals.get() + 1);
+        match &self.problem {
+            Problem::Rosenbrock => Rosenbrock.value_along(w, eta, u),
+            Problem::Himmelblau => Himmelblau.value_along(w, eta, u),
+            Problem::Matyas => Matyas.value_along(w, eta, u),
+            Problem::Quadratic(q) => q.value_along(w, eta, u),
+        }
     }
     fn data_signature(&self) -> Signature {
         match &self.problem {
@@ -844,8 +858,129 @@ fn faces_agree_e<A: Real, S: TraceSubject>(
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// An objective's value at a candidate equals its value at the built candidate
+
+/// A point, a direction and a step for [`value_along_matches_candidate`]: coordinates drawn from
+/// `seed` (a counter hash, so that long vectors cost no shrinking), `dim` up to several blocks
+/// of the workspace's summation order ([`crate::backend::BLOCK`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlongCase {
+    pub dim: usize,
+    pub seed: u64,
+    pub scale: f64,
+    pub eta: f64,
+    pub f32: bool,
+}
+
+impl AlongCase {
+    /// `(w, u)`: `w_i` in `[-scale, scale]`, `u_i` in `[-1, 1]`.
+    pub fn vectors(&self) -> (Vec<f64>, Vec<f64>) {
+        let unit = |i: u64| {
+            // splitmix64 of (seed, i), top 53 bits as a uniform in [-1, 1)
+            let mut z = self.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        };
+        let w = (0..self.dim as u64)
+            .map(|i| self.scale * unit(2 * i))
+            .collect();
+        let u = (0..self.dim as u64).map(|i| unit(2 * i + 1)).collect();
+        (w, u)
+    }
+}
+
+/// Dimensions around the summation order's boundaries, and small ones.
+pub fn along_case() -> impl Strategy<Value = AlongCase> {
+    use crate::backend::BLOCK;
+    let dim = prop_oneof![
+        3 => 0usize..40,
+        1 => prop::sample::select(vec![
+            BLOCK - 1,
+            BLOCK,
+            BLOCK + 1,
+            2 * BLOCK + 17,
+            4 * BLOCK,
+            5 * BLOCK + 3,
+        ]),
+    ];
+    (
+        dim,
+        any::<u64>(),
+        prop_oneof![Just(1.0), 1e-3f64..1e3],
+        prop_oneof![Just(0.0), Just(1.0), -2.0f64..2.0],
+        any::<bool>(),
+    )
+        .prop_map(|(dim, seed, scale, eta, f32)| AlongCase {
+            dim,
+            seed,
+            scale,
+            eta,
+            f32,
+        })
+}
+
+/// `objective.value_along(w, eta, u)` equals `objective.value(add_scale(w, eta, u))` bit for bit
+/// (any NaN equal to any NaN), in the case's dtype. An objective that rejects the dimension must
+/// reject it both ways.
+pub fn value_along_matches_candidate<O: Objective<f32> + Objective<f64>>(
+    objective: &O,
+    case: &AlongCase,
+) -> std::result::Result<(), String> {
+    fn run<A: Real, O: Objective<A>>(o: &O, case: &AlongCase) -> std::result::Result<(), String> {
+        let (w, u) = case.vectors();
+        let (w, u, eta) = (point::<A>(&w), point::<A>(&u), A::of_f64(case.eta));
+        let along = o.value_along(&w, eta, &u);
+        let built = o.value(&linesearch::add_scale(&w, eta, &u));
+        match (along, built) {
+            (Ok(a), Ok(b)) => match first_bit_difference(&[a], &[b]) {
+                Some(d) => Err(format!("value_along{d} (value at the built candidate)")),
+                None => Ok(()),
+            },
+            (Err(_), Err(_)) => Ok(()),
+            (a, b) => Err(format!(
+                "value_along gave {:?}, the built candidate {:?}",
+                a.map(|v| v.as_f64()),
+                b.map(|v| v.as_f64())
+            )),
+        }
+    }
+    if case.f32 {
+        run::<f32, O>(objective, case)
+    } else {
+        run::<f64, O>(objective, case)
+    }
+}
+
+/// [`value_along_matches_candidate`] for every fixture objective.
+pub fn fixtures_value_along(case: &AlongCase) -> std::result::Result<(), String> {
+    let q = Quadratic::new(vec![2.0, 0.5, 0.5, 1.0], vec![1.0, -1.0]).expect("2 x 2");
+    value_along_matches_candidate(&Rosenbrock, case).map_err(|e| format!("rosenbrock: {e}"))?;
+    value_along_matches_candidate(&Himmelblau, case).map_err(|e| format!("himmelblau: {e}"))?;
+    value_along_matches_candidate(&Matyas, case).map_err(|e| format!("matyas: {e}"))?;
+    value_along_matches_candidate(&q, case).map_err(|e| format!("quadratic: {e}"))
+}
+
 pub(crate) fn laws() -> Vec<Law> {
     vec![
+        Law {
+            name: "linesearch_value_along_matches_candidate",
+            family: Family::Numerics,
+            summary: "an objective's value at w + eta u without building it equals its value at the built candidate, bit for bit (dimensions across the summation blocks)",
+            default_cases: 64,
+            measures_memory: false,
+            run: |c, s| {
+                check_property(
+                    "linesearch_value_along_matches_candidate",
+                    c,
+                    s,
+                    along_case(),
+                    fixtures_value_along,
+                )
+            },
+        },
         Law {
             name: "linesearch_armijo_on_success",
             family: Family::Numerics,

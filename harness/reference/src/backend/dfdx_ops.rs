@@ -29,6 +29,7 @@ pub trait DfdxOps: Sized + dfdx::dtypes::Dtype {
     fn t_abs(a: Flat<Self>) -> Flat<Self>;
     fn t_maximum(a: Flat<Self>, b: Flat<Self>) -> Flat<Self>;
     fn t_sum(a: &Flat<Self>) -> Self;
+    fn t_sum_middle(a: Flat<Self>, outer: usize, inner: usize) -> Flat<Self>;
     fn t_choose(mask: &[bool], on_true: Flat<Self>, on_false: Flat<Self>) -> Flat<Self>;
 }
 
@@ -72,6 +73,19 @@ macro_rules! stamp_dfdx_ops {
                 }
                 // dfdx's CPU sum accumulates from zero in index order (then scales by 1)
                 a.clone().sum::<Rank0, _>().as_vec()[0]
+            }
+            fn t_sum_middle(a: Flat<$t>, outer: usize, inner: usize) -> Flat<$t> {
+                use dfdx::prelude::{Axis, HasShape, ReshapeTo, SumTo};
+                let middle = a.shape().0 / (outer * inner);
+                if middle == 0 {
+                    return device().tensor((vec![0.0; outer * inner], (outer * inner,)));
+                }
+                // [outer, middle, inner] row-major: output (o, k) accumulates a[o, 0, k],
+                // a[o, 1, k], ... from zero
+                let r = a
+                    .reshape_like(&(outer, middle, inner))
+                    .sum::<(usize, usize), Axis<1>>();
+                r.reshape_like(&(outer * inner,))
             }
             fn t_choose(mask: &[bool], on_true: Flat<$t>, on_false: Flat<$t>) -> Flat<$t> {
                 use dfdx::prelude::ChooseFrom;
@@ -152,6 +166,55 @@ impl<A: Real> Ten<A> {
     /// `sum_i x_i`, accumulated from zero in index order (`0` for an empty tensor).
     pub fn sum(&self) -> A {
         A::t_sum(&self.0)
+    }
+    /// `sum_i x_i` in the workspace's lane order ([`crate::backend::lanes`]), as tensor
+    /// operations: zeros pad the tensor (to whole rows of 16 within one block, or to a power of
+    /// two of whole blocks), a `[blocks, rows, 16]` view is reduced along its middle axis (each
+    /// lane accumulates from zero in index order), `[blocks, 2, w]` views halve every block's
+    /// lanes (`w = 8, 4, 2, 1`), and `[pairs, 2, 1]` views add adjacent block totals. Bit for bit
+    /// [`crate::backend::lane_sum`].
+    ///
+    /// ```
+    /// use harness_reference::backend::{device, lane_sum, Ten};
+    /// for n in [37, 3 * 8192 + 5] {
+    ///     let x: Vec<f32> = (0..n).map(|i| (i as f32).sin()).collect();
+    ///     let t = Ten::from_vec(&device(), x.clone());
+    ///     assert_eq!(t.lane_sum().to_bits(), lane_sum(&x).to_bits());
+    /// }
+    /// ```
+    pub fn lane_sum(&self) -> A {
+        use super::{BLOCK, LANES};
+        let dev = device();
+        let n = self.len();
+        let blocks = n.div_ceil(BLOCK).max(1).next_power_of_two();
+        // one block: padded to whole rows of lanes; more: every block padded to BLOCK terms
+        let padded_len = match blocks {
+            1 => n.div_ceil(LANES) * LANES,
+            _ => blocks * BLOCK,
+        };
+        let padded = if padded_len == n {
+            self.clone()
+        } else {
+            // concatenation by copy: dfdx 0.13's `concat` needs static shapes on one axis
+            let mut v = self.to_vec();
+            v.resize(padded_len, A::zero());
+            Ten::from_vec(&dev, v)
+        };
+        // every block's sixteen lanes, then the halving tree inside each block
+        let mut lanes = A::t_sum_middle(padded.0, blocks, LANES);
+        let mut w = LANES / 2;
+        while w > 0 {
+            lanes = A::t_sum_middle(lanes, blocks, w);
+            w /= 2;
+        }
+        // the blocks' totals, adjacent pairs added until one is left
+        let mut totals = lanes;
+        let mut count = blocks;
+        while count > 1 {
+            count /= 2;
+            totals = A::t_sum_middle(totals, count, 1);
+        }
+        Ten(totals).to_vec()[0]
     }
     /// `n` zeros.
     pub fn zeros(dev: &Cpu, n: usize) -> Self {

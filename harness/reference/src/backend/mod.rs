@@ -14,14 +14,19 @@
 
 //!
 //! One concern a file: [`dtype`] (element types), [`array`](mod@array) (owned leaves), [`dfdx_ops`] (dfdx
-//! tensor maths and the tape), [`gemm`] (the GEMM kernel and its tiles).
+//! tensor maths and the tape), [`gemm`] (the GEMM kernel and its tiles), [`lanes`] (the order of
+//! summation of long reductions), [`simd`] (loops compiled for the CPU's widest vectors).
 
 pub mod array;
 pub mod dfdx_ops;
 pub mod dtype;
 pub mod gemm;
+pub mod lanes;
+pub mod simd;
 
 pub use array::*;
 pub use dfdx_ops::*;
 pub use dtype::*;
 pub use gemm::*;
+pub use lanes::*;
+pub use simd::*;

@@ -47,7 +47,7 @@ use super::armijo::Armijo;
 use super::dfdx_face::DfdxKernels;
 use super::objective::Objective;
 use super::LineSearch;
-use crate::backend::{Array, DType, Real};
+use crate::backend::{lane_dot, Array, DType, Real};
 use crate::error::ensure;
 use crate::ode::numerics::nan_min;
 use crate::stage::{HasSignature, KeyHasher, LeafSig, Signature};
@@ -241,8 +241,10 @@ pub struct ScaleByBacktrackingLinesearch {
 /// The three computations a backtracking round is made of; the round itself
 /// ([`ScaleByBacktrackingLinesearch::search`]) is written once over them.
 ///
-/// - `candidate(w, eta, u) = w + eta u`, leaf by leaf;
-/// - `slope(u, g) = <u, g>`, accumulated from zero over every element in leaf order;
+/// - `candidate(w, eta, u) = w + eta u`, leaf by leaf, and `value_at`, the objective's value
+///   there;
+/// - `slope(u, g) = <u, g>` over every element in leaf order, summed in the lane order
+///   ([`crate::backend::lanes`]);
 /// - `decrease_error(eta, slope, f, f_new) = max(f_new - (1 + rtol) f - eta c slope, 0)` with a
 ///   NaN counting as `+inf` (`c` = `slope_rtol`): the Armijo test accepts when it is `<= atol`.
 ///
@@ -251,6 +253,16 @@ pub struct ScaleByBacktrackingLinesearch {
 pub trait SearchKernels {
     /// `w + eta u`.
     fn candidate<A: Real>(&self, params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A>;
+    /// `f(w + eta u)`; by default the objective's [`Objective::value`] of [`Self::candidate`].
+    fn value_at<A: Real, O: Objective<A> + ?Sized>(
+        &self,
+        objective: &O,
+        params: &Tree<A>,
+        eta: A,
+        u: &Tree<A>,
+    ) -> Result<A> {
+        objective.value(&self.candidate(params, eta, u))
+    }
     /// `<u, g>`.
     fn slope<A: Real>(&self, u: &Tree<A>, g: &Tree<A>) -> A;
     /// The Armijo decrease error of `f_new = f(w + eta u)` against `f = f(w)`.
@@ -264,13 +276,24 @@ pub trait SearchKernels {
     ) -> A;
 }
 
-/// The loop kernels ([`add_scale`], [`slope`], [`Armijo::decrease_error`]).
+/// The loop kernels ([`add_scale`], [`Objective::value_along`], [`slope`],
+/// [`Armijo::decrease_error`]): the candidate's value is taken without building the candidate
+/// when the objective can.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FastKernels;
 
 impl SearchKernels for FastKernels {
     fn candidate<A: Real>(&self, params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A> {
         add_scale(params, eta, u)
+    }
+    fn value_at<A: Real, O: Objective<A> + ?Sized>(
+        &self,
+        objective: &O,
+        params: &Tree<A>,
+        eta: A,
+        u: &Tree<A>,
+    ) -> Result<A> {
+        objective.value_along(params, eta, u)
     }
     fn slope<A: Real>(&self, u: &Tree<A>, g: &Tree<A>) -> A {
         slope(u, g)
@@ -287,12 +310,16 @@ impl SearchKernels for FastKernels {
     }
 }
 
-/// `<u, g>` over every leaf, in leaf order.
+/// `<u, g>` over every leaf, in leaf order, summed in the lane order
+/// ([`crate::backend::lane_dot`]).
 pub fn slope<A: Real>(u: &Tree<A>, g: &Tree<A>) -> A {
-    u.iter()
-        .zip(g.iter())
-        .flat_map(|((_, a), (_, b))| a.data().iter().zip(b.data()))
-        .fold(A::zero(), |s, (&x, &y)| s + x * y)
+    if u.len() == 1 && g.len() == 1 {
+        let (a, b) = (u.iter().next(), g.iter().next());
+        let (a, b) = (a.expect("one leaf").1, b.expect("one leaf").1);
+        return lane_dot(a.data(), b.data());
+    }
+    let flat = |t: &Tree<A>| -> Vec<A> { t.iter().flat_map(|(_, a)| a.data().to_vec()).collect() };
+    lane_dot(&flat(u), &flat(g))
 }
 
 /// `params + eta * u` (optax's `tree.add_scale`), leaf by leaf.
@@ -421,8 +448,8 @@ impl ScaleByBacktrackingLinesearch {
             if n > 0 {
                 eta = decrease * eta;
             }
-            let candidate = kernels.candidate(params, eta, updates);
             if h.store_grad {
+                let candidate = kernels.candidate(params, eta, updates);
                 let (v, g) = objective.value_and_grad(&candidate)?;
                 new_value = v;
                 error = kernels.decrease_error(&self.armijo, eta, slope, value, v);
@@ -430,7 +457,7 @@ impl ScaleByBacktrackingLinesearch {
                     new_grad = Some(g);
                 }
             } else {
-                new_value = objective.value(&candidate)?;
+                new_value = kernels.value_at(objective, params, eta, updates)?;
                 error = kernels.decrease_error(&self.armijo, eta, slope, value, new_value);
             }
             n += 1;

@@ -4,12 +4,17 @@
 //!
 //! ```text
 //! candidate = w + u * eta                      (per leaf, one tensor expression)
-//! slope     = sum(concat(u) * concat(g))       (one reduction, from zero, in leaf order)
+//! value     = f(candidate)                     (the objective's own value)
+//! slope     = sum(concat(u) * concat(g))       (lane order: padded rows, then halving)
 //! error     = max(f_new - (1 + rtol) f - (eta c) slope, 0),  NaN -> +inf
 //! ```
 //!
-//! The slope's reduction runs over the leaves concatenated in order, so its roundings are those
-//! of the loop's single accumulator: the faces agree bit for bit (law `linesearch_faces_agree`).
+//! The slope's reduction runs over the leaves concatenated in order, in the workspace's lane order
+//! ([`crate::backend::Ten::lane_sum`]), so its roundings are those of the loop's sixteen
+//! accumulators; the candidate is materialised and handed to
+//! [`super::Objective::value`], where the loop
+//! kernels may use [`super::Objective::value_along`]: the faces agree bit for bit (law
+//! `linesearch_faces_agree`).
 //! The decrease error is a handful of scalars; dfdx has no scalar arithmetic of its own, so it is
 //! written out here from the formula (not shared with the loop kernels, so that a wrong sign in
 //! either is seen by the law).
@@ -63,7 +68,7 @@ impl SearchKernels for DfdxKernels {
                     .collect(),
             )
         };
-        (flat(u) * flat(g)).sum()
+        (flat(u) * flat(g)).lane_sum()
     }
 
     fn decrease_error<A: Real>(

@@ -5,7 +5,7 @@
 //! the common case). The formulas are written in the order the JAX reference writes them, so that
 //! golden cases replay to the last few bits.
 
-use crate::backend::{Array, Real};
+use crate::backend::{blocked_sum, vectorised, Array, Kernel, Lanes, Real, LANES};
 use crate::stage::{HasSignature, LeafSig, Signature};
 use crate::tree::Tree;
 use crate::{Error, Result};
@@ -16,6 +16,13 @@ pub trait Objective<A: Real> {
     fn value(&self, x: &Tree<A>) -> Result<A>;
     /// `(f(x), grad f(x))`, the gradient with `x`'s structure.
     fn value_and_grad(&self, x: &Tree<A>) -> Result<(A, Tree<A>)>;
+    /// `f(w + eta u)`, the value at a line-search candidate, equal bit for bit to
+    /// `value(&add_scale(w, eta, u))` (each coordinate `w_i + eta u_i`, rounded once per
+    /// operation). The default builds the candidate; an objective may override it to evaluate
+    /// without materialising the candidate (law `linesearch_value_along_matches_candidate`).
+    fn value_along(&self, w: &Tree<A>, eta: A, u: &Tree<A>) -> Result<A> {
+        self.value(&super::backtracking::add_scale(w, eta, u))
+    }
     /// Signature of the data the objective closes over (a quadratic's `A` and `b`): it enters
     /// the staging key beside the objective's type, like arrays a jitted closure captures.
     fn data_signature(&self) -> Signature {
@@ -30,6 +37,9 @@ impl<A: Real, O: Objective<A> + ?Sized> Objective<A> for &O {
     fn value_and_grad(&self, x: &Tree<A>) -> Result<(A, Tree<A>)> {
         (**self).value_and_grad(x)
     }
+    fn value_along(&self, w: &Tree<A>, eta: A, u: &Tree<A>) -> Result<A> {
+        (**self).value_along(w, eta, u)
+    }
     fn data_signature(&self) -> Signature {
         (**self).data_signature()
     }
@@ -40,6 +50,16 @@ pub fn flatten<A: Real>(x: &Tree<A>) -> Vec<A> {
     x.iter()
         .flat_map(|(_, a)| a.data().iter().copied())
         .collect()
+}
+
+/// A flat vector split back into `like`'s leaves, moved (not copied) when there is one leaf.
+pub fn unflatten_owned<A: Real>(like: &Tree<A>, flat: Vec<A>) -> Tree<A> {
+    if like.len() == 1 {
+        let (name, a) = like.iter().next().expect("one leaf");
+        let leaf = Array::new(a.shape().to_vec(), flat).expect("same length");
+        return Tree::from_leaves([(name.clone(), leaf)]).expect("one leaf");
+    }
+    unflatten(like, &flat)
 }
 
 /// A flat vector split back into `like`'s leaves.
@@ -69,32 +89,187 @@ fn c<A: Real>(x: f64) -> A {
 }
 
 /// `f(x) = sum_i 100 (x[i+1] - x[i]^2)^2 + (1 - x[i])^2`, any dimension >= 1 (dimension 1: 0).
+///
+/// The sum runs in the workspace's lane order ([`crate::backend::lanes`]); the gradient is
+/// `g_i = (200 d_{i-1} - 400 d_i x_i) - 2 (1 - x_i)` with `d_i = x_{i+1} - x_i^2` (the terms that
+/// do not exist dropped). [`Objective::value_along`] evaluates a line-search candidate in one pass
+/// over `w` and `u` without building it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Rosenbrock;
 
+impl Rosenbrock {
+    /// The term of index `i`, from `x_i` and `x_{i+1}`.
+    #[inline(always)]
+    fn term<A: Real>(x0: A, x1: A) -> A {
+        let d = x1 - x0 * x0;
+        let e = c::<A>(1.0) - x0;
+        c::<A>(100.0) * (d * d) + e * e
+    }
+}
+
+/// Where [`rosenbrock_sum`] reads its point: `x` itself ([`At`]), or the candidate `w + eta u`
+/// ([`Along`]). One implementation per case, so that the pass is compiled for each.
+trait Point<A>: Copy {
+    /// The dimension.
+    fn len(&self) -> usize;
+    /// `out[j] = term(x_{base+j}, x_{base+j+1})`: a plain element-wise loop over shifted slices,
+    /// which the compiler vectorises.
+    fn terms(&self, base: usize, out: &mut [A]);
+}
+
+#[derive(Clone, Copy)]
+struct At<'a, A>(&'a [A]);
+
+impl<A: Real> Point<A> for At<'_, A> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    #[inline(always)]
+    fn terms(&self, base: usize, out: &mut [A]) {
+        let m = out.len();
+        let (x0, x1) = (&self.0[base..base + m], &self.0[base + 1..base + 1 + m]);
+        for ((t, &a), &b) in out.iter_mut().zip(x0).zip(x1) {
+            *t = Rosenbrock::term(a, b);
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Along<'a, A> {
+    w: &'a [A],
+    eta: A,
+    u: &'a [A],
+}
+
+impl<A: Real> Point<A> for Along<'_, A> {
+    fn len(&self) -> usize {
+        self.w.len()
+    }
+    #[inline(always)]
+    fn terms(&self, base: usize, out: &mut [A]) {
+        let (m, eta) = (out.len(), self.eta);
+        let (w0, u0) = (&self.w[base..base + m], &self.u[base..base + m]);
+        let (w1, u1) = (
+            &self.w[base + 1..base + 1 + m],
+            &self.u[base + 1..base + 1 + m],
+        );
+        let pairs = w0.iter().zip(u0).zip(w1.iter().zip(u1));
+        for (t, ((&a0, &b0), (&a1, &b1))) in out.iter_mut().zip(pairs) {
+            // the candidate's coordinates, rounded as `add_scale` rounds them
+            *t = Rosenbrock::term(a0 + eta * b0, a1 + eta * b1);
+        }
+    }
+}
+
+/// Terms computed per chunk into a stack buffer before they are summed (a multiple of
+/// [`LANES`] dividing [`crate::backend::BLOCK`], so a term's lane is its index modulo 16 whatever
+/// the chunk).
+const CHUNK: usize = 16 * LANES;
+
+/// The lane-order total of terms `start .. start + len` of [`Rosenbrock`]'s sum at a point (one
+/// block of [`crate::backend::blocked_sum`]; a [`Kernel`]).
+struct RosenbrockBlock<A, P> {
+    point: P,
+    start: usize,
+    len: usize,
+    dtype: std::marker::PhantomData<A>,
+}
+
+impl<A: Real, P: Point<A>> Kernel for RosenbrockBlock<A, P> {
+    type Output = A;
+    #[inline(always)]
+    fn run(self) -> A {
+        let end = self.start + self.len;
+        let mut lanes = Lanes::default();
+        let mut buf = [A::zero(); CHUNK];
+        let mut base = self.start;
+        while base < end {
+            let m = CHUNK.min(end - base);
+            self.point.terms(base, &mut buf[..m]);
+            let mut blocks = buf[..m].chunks_exact(LANES);
+            for b in &mut blocks {
+                lanes.add_block(b.try_into().expect("a block of LANES"));
+            }
+            lanes.add_tail(blocks.remainder());
+            base += m;
+        }
+        lanes.total()
+    }
+}
+
+/// [`Rosenbrock`]'s sum at a point in the lane order, its blocks on every core.
+fn rosenbrock_sum<A: Real, P: Point<A> + Sync>(point: P) -> A {
+    let terms = point.len().saturating_sub(1);
+    blocked_sum(terms, &|start, len| {
+        vectorised(RosenbrockBlock {
+            point,
+            start,
+            len,
+            dtype: std::marker::PhantomData,
+        })
+    })
+}
+
+/// The gradient of [`Rosenbrock`] at `x` into `g` (a [`Kernel`]):
+/// `g_i = ((0 + 200 d_{i-1}) - 400 d_i x_i) - 2 (1 - x_i)` with `d_i = x_{i+1} - x_i^2`, each
+/// coordinate on its own and rounded as accumulating both contributions into zeros; the first
+/// coordinate has no left term, the last only its left term.
+struct RosenbrockGrad<'a, A> {
+    x: &'a [A],
+    g: &'a mut [A],
+}
+
+impl<A: Real> Kernel for RosenbrockGrad<'_, A> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (x, g) = (self.x, self.g);
+        let dim = x.len();
+        let d = |x0: A, x1: A| x1 - x0 * x0;
+        if dim >= 3 {
+            let m = dim - 2;
+            let (xl, xc, xr) = (&x[..m], &x[1..1 + m], &x[2..2 + m]);
+            for (j, gi) in g[1..1 + m].iter_mut().enumerate() {
+                let (l, c0, r) = (xl[j], xc[j], xr[j]);
+                *gi = (A::zero() + c::<A>(200.0) * d(l, c0))
+                    - c::<A>(400.0) * d(c0, r) * c0
+                    - c::<A>(2.0) * (c::<A>(1.0) - c0);
+            }
+        }
+        if dim >= 2 {
+            g[0] = (A::zero() - c::<A>(400.0) * d(x[0], x[1]) * x[0])
+                - c::<A>(2.0) * (c::<A>(1.0) - x[0]);
+            g[dim - 1] = A::zero() + c::<A>(200.0) * d(x[dim - 2], x[dim - 1]);
+        } else if dim == 1 {
+            g[0] = A::zero();
+        }
+    }
+}
+
+/// The tree's leaves as one slice: borrowed when there is a single leaf, concatenated otherwise.
+fn contiguous<A: Real>(x: &Tree<A>) -> std::borrow::Cow<'_, [A]> {
+    match x.len() {
+        1 => std::borrow::Cow::Borrowed(x.iter().next().expect("one leaf").1.data()),
+        _ => std::borrow::Cow::Owned(flatten(x)),
+    }
+}
+
 impl<A: Real> Objective<A> for Rosenbrock {
     fn value(&self, x: &Tree<A>) -> Result<A> {
-        let x = flatten(x);
-        Ok(x.windows(2)
-            .map(|w| {
-                let d = w[1] - w[0] * w[0];
-                let e = c::<A>(1.0) - w[0];
-                c::<A>(100.0) * (d * d) + e * e
-            })
-            .fold(A::zero(), |s, t| s + t))
+        let x = contiguous(x);
+        Ok(rosenbrock_sum(At(&x)))
     }
-    // `Real` has no `AddAssign`: the accumulations are spelled out
-    #[allow(clippy::assign_op_pattern)]
     fn value_and_grad(&self, x: &Tree<A>) -> Result<(A, Tree<A>)> {
-        let v = <Self as Objective<A>>::value(self, x)?;
-        let f = flatten(x);
+        let f = contiguous(x);
+        let v = rosenbrock_sum(At(&f));
         let mut g = vec![A::zero(); f.len()];
-        for i in 0..f.len().saturating_sub(1) {
-            let d = f[i + 1] - f[i] * f[i];
-            g[i] = g[i] - c::<A>(400.0) * d * f[i] - c::<A>(2.0) * (c::<A>(1.0) - f[i]);
-            g[i + 1] = g[i + 1] + c::<A>(200.0) * d;
-        }
-        Ok((v, unflatten(x, &g)))
+        vectorised(RosenbrockGrad { x: &f, g: &mut g });
+        Ok((v, unflatten_owned(x, g)))
+    }
+    fn value_along(&self, w: &Tree<A>, eta: A, u: &Tree<A>) -> Result<A> {
+        w.check_like(u, "direction")?;
+        let (w, u) = (contiguous(w), contiguous(u));
+        Ok(rosenbrock_sum(Along { w: &w, eta, u: &u }))
     }
 }
 

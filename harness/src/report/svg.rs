@@ -61,7 +61,7 @@ pub enum Axis {
     /// times a power of ten.
     #[default]
     Linear,
-    /// Log 10 over whole decades around the data: a labelled tick `10^k` (superscript) at
+    /// Log 10 over whole decades around the data: a labelled tick `10^k` (raised exponent) at
     /// every decade, light grid lines at 2..9 times each; values `<= 0` are not drawn.
     Log10,
     /// Log 2 over whole powers of two around the data: a tick at every power, labelled with the
@@ -115,37 +115,69 @@ fn log_range(values: impl Iterator<Item = f64>, base: f64) -> (f64, f64) {
     (lo, hi.max(lo + 1.0))
 }
 
-/// `base^e` as SVG text content: `10<tspan ...>e</tspan>` (a raised exponent), or the plain
-/// number for a small power of two.
-fn power_label(base: f64, e: i32) -> String {
-    if base == 2.0 && (0..=12).contains(&e) {
-        return format!("{}", 1u32 << e);
+/// The label of a tick: plain text, or a power `base^exp` drawn with a raised exponent.
+#[derive(Debug, Clone, PartialEq)]
+enum TickLabel {
+    Plain(String),
+    Power(u32, i32),
+}
+
+/// `base^e`: the plain number for a small power of two, else a raised exponent.
+fn power_label(base: u32, e: i32) -> TickLabel {
+    if base == 2 && (0..=12).contains(&e) {
+        TickLabel::Plain(format!("{}", 1u32 << e))
+    } else {
+        TickLabel::Power(base, e)
     }
-    let sign = if e < 0 { "\u{2212}" } else { "" };
-    format!(
-        r#"{}<tspan dy="-6" font-size="10">{sign}{}</tspan>"#,
-        base as u32,
-        e.unsigned_abs()
-    )
+}
+
+/// The `<text>` elements of a tick label at `(x, y)` anchored `end` or `middle` (a power is
+/// two elements: the base at 12 px, then the exponent at 10 px, raised 6 px).
+fn tick_text(x: f64, y: f64, anchor: &str, l: &TickLabel) -> String {
+    match l {
+        TickLabel::Plain(t) => {
+            format!(
+                r#"<text x="{x:.1}" y="{y:.1}" text-anchor="{anchor}">{}</text>"#,
+                esc(t)
+            )
+        }
+        TickLabel::Power(base, e) => {
+            let b = base.to_string();
+            let sign = if *e < 0 { "\u{2212}" } else { "" };
+            let ex = format!("{sign}{}", e.unsigned_abs());
+            // widths at 12 px and 10 px sans-serif digits
+            let (bw, ew) = (6.7 * b.len() as f64, 5.8 * ex.chars().count() as f64);
+            let start = if anchor == "end" {
+                x - bw - ew
+            } else {
+                x - (bw + ew) / 2.0
+            };
+            format!(
+                r#"<text x="{start:.1}" y="{y:.1}">{b}</text><text x="{:.1}" y="{:.1}" font-size="10">{ex}</text>"#,
+                start + bw,
+                y - 6.0
+            )
+        }
+    }
 }
 
 /// Ticks of an axis over `[t0, t1]` in position units (the value, or its log): labelled
 /// ticks `(position, label)` and unlabelled grid lines; a linear axis ticks every `step` from
 /// the first multiple of it.
-fn axis_ticks(axis: Axis, t0: f64, t1: f64, step: f64) -> (Vec<(f64, String)>, Vec<f64>) {
+fn axis_ticks(axis: Axis, t0: f64, t1: f64, step: f64) -> (Vec<(f64, TickLabel)>, Vec<f64>) {
     match axis {
         Axis::Linear => {
             let mut v = (t0 / step).ceil() * step;
             let mut out = Vec::new();
             while v <= t1 + step * 1e-9 {
-                out.push((v, label(v)));
+                out.push((v, TickLabel::Plain(label(v))));
                 v += step;
             }
             (out, Vec::new())
         }
         Axis::Log10 => {
             let (a, b) = (t0 as i32, t1 as i32);
-            let major = (a..=b).map(|e| (e as f64, power_label(10.0, e))).collect();
+            let major = (a..=b).map(|e| (e as f64, power_label(10, e))).collect();
             let minor = if b - a <= 6 {
                 (a..b)
                     .flat_map(|e| (2..10).map(move |m| e as f64 + (m as f64).log10()))
@@ -162,7 +194,7 @@ fn axis_ticks(axis: Axis, t0: f64, t1: f64, step: f64) -> (Vec<(f64, String)>, V
             let mut minor = Vec::new();
             for e in a..=b {
                 if (e - a) % every == 0 {
-                    major.push((e as f64, power_label(2.0, e)));
+                    major.push((e as f64, power_label(2, e)));
                 } else {
                     minor.push(e as f64);
                 }
@@ -190,7 +222,7 @@ fn axis_ticks(axis: Axis, t0: f64, t1: f64, step: f64) -> (Vec<(f64, String)>, V
 ///     ..LineOptions::default()
 /// };
 /// let svg = line_chart_with("time", "n", "seconds", &[n2], &opts);
-/// assert!(svg.contains(r#"10<tspan dy="-6" font-size="10">"#)); // 10^k ticks on y
+/// assert!(svg.contains(r#">10</text>"#)); // 10^k ticks on y
 /// assert!(svg.contains(r#"stroke-dasharray"#) == false);
 /// assert!(svg.contains(">1024</text>"));
 /// ```
@@ -261,7 +293,15 @@ pub fn line_chart_with(
         Axis::Linear => {
             let y1 = pts().fold(0f64, |m, p| m.max(p.1));
             let ys = tick_step(y1, 5.0);
-            (0.0, if y1 <= 0.0 { 1.0 } else { (y1 / ys).ceil() * ys }, ys)
+            (
+                0.0,
+                if y1 <= 0.0 {
+                    1.0
+                } else {
+                    (y1 / ys).ceil() * ys
+                },
+                ys,
+            )
         }
         Axis::Log10 => {
             let (a, b) = log_range(pts().map(|p| p.1), 10.0);
@@ -292,11 +332,9 @@ pub fn line_chart_with(
         let py = py_of(*t);
         let _ = writeln!(
             o,
-            r##"<line x1="{left}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            r##"<line x1="{left}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#ddd"/>{}"##,
             left + pw,
-            left - 6.0,
-            py + 4.0,
-            text
+            tick_text(left - 6.0, py + 4.0, "end", text)
         );
     }
     let (x_ticks, x_minor) = axis_ticks(opts.x, x0, x1, tick_step(x1 - x0, 5.0));
@@ -320,30 +358,39 @@ pub fn line_chart_with(
         }
         let _ = writeln!(
             o,
-            r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{:.1}" stroke="#000"/><text x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{:.1}" stroke="#000"/>{}"##,
             top + ph,
             top + ph + 5.0,
-            top + ph + 18.0,
-            text
+            tick_text(px, top + ph + 18.0, "middle", text)
         );
     }
-    // reference marks
-    for (x, text) in &opts.marks {
-        if !drawable(opts.x, *x) {
-            continue;
-        }
-        let t = pos(opts.x, *x);
-        if t < x0 || t > x1 {
-            continue;
-        }
-        let px = sx(*x);
+    // reference marks, in x order; labels of marks closer than 12 px share one line of text
+    let mut marks: Vec<(f64, &str)> = opts
+        .marks
+        .iter()
+        .filter(|(x, _)| drawable(opts.x, *x) && (x0..=x1).contains(&pos(opts.x, *x)))
+        .map(|(x, t)| (sx(*x), t.as_str()))
+        .collect();
+    marks.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut groups: Vec<(f64, Vec<&str>)> = Vec::new();
+    for &(px, text) in &marks {
         let _ = writeln!(
             o,
-            r##"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}" stroke="#999" stroke-dasharray="2,3"/><text transform="translate({:.1},{:.1}) rotate(-90)" text-anchor="end" font-size="10" fill="#666">{}</text>"##,
-            top + ph,
+            r##"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}" stroke="#999" stroke-dasharray="2,3"/>"##,
+            top + ph
+        );
+        match groups.last_mut() {
+            Some((gx, texts)) if px - *gx < 12.0 => texts.push(text),
+            _ => groups.push((px, vec![text])),
+        }
+    }
+    for (px, texts) in &groups {
+        let _ = writeln!(
+            o,
+            r##"<text transform="translate({:.1},{:.1}) rotate(-90)" text-anchor="end" font-size="10" fill="#666">{}</text>"##,
             px + 11.0,
             top + 4.0,
-            esc(text)
+            esc(&texts.join("; "))
         );
     }
     let _ = writeln!(
@@ -378,10 +425,11 @@ pub fn line_chart_with(
         let mut pieces: Vec<Vec<String>> = vec![Vec::new()];
         for p in &s.points {
             if keep(p) {
-                pieces
-                    .last_mut()
-                    .expect("one piece")
-                    .push(format!("{:.1},{:.1}", sx(p.0), sy(p.1)));
+                pieces.last_mut().expect("one piece").push(format!(
+                    "{:.1},{:.1}",
+                    sx(p.0),
+                    sy(p.1)
+                ));
             } else if !pieces.last().expect("one piece").is_empty() {
                 pieces.push(Vec::new());
             }
@@ -698,7 +746,12 @@ mod tests {
                 Series {
                     name: "limit".into(),
                     // a zero cannot be drawn on a log axis: the line is cut there
-                    points: vec![(1024.0, 1e-6), (2048.0, 0.0), (4096.0, 4e-6), (8192.0, 8e-6)],
+                    points: vec![
+                        (1024.0, 1e-6),
+                        (2048.0, 0.0),
+                        (4096.0, 4e-6),
+                        (8192.0, 8e-6),
+                    ],
                 },
             ],
             &opts,
@@ -706,14 +759,15 @@ mod tests {
         assert!(s.starts_with("<svg") && s.ends_with("</svg>\n"));
         // 1e-6 .. 1.7e-2 s: decades 10^-6 .. 10^-1, the exponent raised
         for e in 1..=6 {
-            let tick = format!(r#"10<tspan dy="-6" font-size="10">{}{e}</tspan>"#, '\u{2212}');
+            let tick = format!(r#"font-size="10">{}{e}</text>"#, '\u{2212}');
             assert!(s.contains(&tick), "missing 10^-{e}");
         }
         assert!(!s.contains(">\u{2212}7<"));
+        assert!(s.contains(">10</text>"));
         // 2^10 .. 2^24: 1024 plain, the larger powers as 2^k, every other one (15 > 8)
         assert!(s.contains(">1024</text>"));
-        assert!(s.contains(r#"2<tspan dy="-6" font-size="10">24</tspan>"#));
-        assert!(!s.contains(r#"2<tspan dy="-6" font-size="10">11</tspan>"#));
+        assert!(s.contains(r#">2</text>"#) && s.contains(r#"font-size="10">24</text>"#));
+        assert!(!s.contains(r#"font-size="10">11</text>"#));
         // markers, a dashed limit in two pieces, names escaped
         assert_eq!(s.matches("<circle").count(), 15);
         assert_eq!(s.matches("stroke-dasharray=\"7,5\"").count(), 2 + 1);
@@ -727,7 +781,15 @@ mod tests {
         assert_eq!(log_range([1e-6, 1.7e-2].into_iter(), 10.0), (-6.0, -1.0));
         assert_eq!(log_range([1024.0, 1024.0].into_iter(), 2.0), (10.0, 11.0));
         assert_eq!(log_range([0.0, -1.0].into_iter(), 10.0), (0.0, 1.0));
-        assert_eq!(power_label(2.0, 5), "32");
+        assert_eq!(power_label(2, 5), TickLabel::Plain("32".into()));
+        assert_eq!(power_label(2, 13), TickLabel::Power(2, 13));
+        // a raised exponent right of its base, the pair ending at the anchor
+        let t = tick_text(100.0, 50.0, "end", &TickLabel::Power(10, -3));
+        assert_eq!(
+            t,
+            "<text x=\"81.7\" y=\"50.0\">10</text><text x=\"95.1\" y=\"44.0\" \
+             font-size=\"10\">\u{2212}3</text>"
+        );
     }
 
     #[test]
@@ -739,7 +801,10 @@ mod tests {
         assert!(g.contains(r#"width="180" height="110""#), "{g}");
         assert!(g.contains("translate(0,0)") && g.contains("translate(100,0)"));
         assert!(g.contains("translate(0,70)"));
-        assert_eq!(side_by_side(&[p(100, 50), p(80, 70)]), panel_grid(&[p(100, 50), p(80, 70)], 2));
+        assert_eq!(
+            side_by_side(&[p(100, 50), p(80, 70)]),
+            panel_grid(&[p(100, 50), p(80, 70)], 2)
+        );
     }
 
     #[test]

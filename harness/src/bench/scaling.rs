@@ -658,7 +658,15 @@ pub fn svg(s: &Scaling) -> String {
                     ..Style::default()
                 });
             }
-            let x = if k.points.iter().all(|p| is_power_of_two(p.size)) {
+            // powers of two when the range starts and ends on one (sizes between are drawn at
+            // their place), decades otherwise
+            let (lo, hi) = k
+                .points
+                .iter()
+                .fold((f64::INFINITY, 0f64), |(lo, hi), p| {
+                    (lo.min(p.size), hi.max(p.size))
+                });
+            let x = if is_power_of_two(lo) && is_power_of_two(hi) {
                 Axis::Log2
             } else {
                 Axis::Log10
@@ -666,11 +674,7 @@ pub fn svg(s: &Scaling) -> String {
             let title = if k.points.iter().any(|p| p.limit_seconds.is_some()) {
                 k.name.clone()
             } else {
-                format!(
-                    "{} (no limit: {})",
-                    k.name,
-                    k.limit_source.trim_start_matches("n/a: ")
-                )
+                format!("{}: no limit (see limit_source)", k.name)
             };
             line_chart_with(
                 &title,

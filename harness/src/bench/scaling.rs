@@ -562,37 +562,37 @@ fn bytes_label(b: u64) -> String {
 /// The reference marks of a kernel's panel: caches its working set crosses, and where its
 /// threads start.
 fn marks(s: &Scaling, k: &ScalingKernel) -> Vec<(f64, String)> {
-    let cache_marks = |per_size: &dyn Fn(f64) -> f64, what: &str| -> Vec<(f64, String)> {
+    let cache_marks = |per_size: &dyn Fn(f64) -> f64| -> Vec<(f64, String)> {
         s.caches
             .iter()
             .map(|c| {
                 (
                     per_size(c.bytes as f64),
-                    format!("L{} {} ({what})", c.level, bytes_label(c.bytes)),
+                    format!("L{} {}", c.level, bytes_label(c.bytes)),
                 )
             })
             .collect()
     };
     match k.name.as_str() {
         "adam_fused" | "radam_fused" => {
-            let mut m = cache_marks(&|b| b / FUSED_RESIDENT_BYTES_PER_PARAM as f64, "16 B/param");
+            let mut m = cache_marks(&|b| b / FUSED_RESIDENT_BYTES_PER_PARAM as f64);
             m.push((
                 crate::optim::fused::CHUNK as f64,
-                "one chunk: 1 thread at and below".into(),
+                "1 thread at and below".into(),
             ));
             m
         }
         "newton_schulz5" => {
             // the plan's buffers: X, X^T, Y (n^2 each) and A, cA, B (n^2 each), f32
-            let mut m = cache_marks(&|b| (b / 24.0).sqrt(), "24 n^2 B");
+            let mut m = cache_marks(&|b| (b / 24.0).sqrt());
             let threads_from = (crate::backend::GEMM_PARALLEL_MIN as f64).cbrt();
-            m.push((threads_from, "threaded products from here".into()));
+            m.push((threads_from, "threads from here".into()));
             m
         }
         "cnf_loglik" => {
             let chunk = crate::cnf::flow::GRAD_CHUNK as f64;
             vec![
-                (chunk, "one chunk (1 thread) at and below".into()),
+                (chunk, "1 chunk, 1 thread at and below".into()),
                 (
                     chunk * s.threads as f64,
                     format!("{} chunks: every thread busy", s.threads),
@@ -660,12 +660,9 @@ pub fn svg(s: &Scaling) -> String {
             }
             // powers of two when the range starts and ends on one (sizes between are drawn at
             // their place), decades otherwise
-            let (lo, hi) = k
-                .points
-                .iter()
-                .fold((f64::INFINITY, 0f64), |(lo, hi), p| {
-                    (lo.min(p.size), hi.max(p.size))
-                });
+            let (lo, hi) = k.points.iter().fold((f64::INFINITY, 0f64), |(lo, hi), p| {
+                (lo.min(p.size), hi.max(p.size))
+            });
             let x = if is_power_of_two(lo) && is_power_of_two(hi) {
                 Axis::Log2
             } else {
@@ -676,9 +673,16 @@ pub fn svg(s: &Scaling) -> String {
             } else {
                 format!("{}: no limit (see limit_source)", k.name)
             };
+            let x_label = match k.name.as_str() {
+                "adam_fused" | "radam_fused" => {
+                    format!("{} (cache marks at 16 B each: g, p, m, v)", k.size_unit)
+                }
+                "newton_schulz5" => format!("{} (cache marks at 24 n^2 B)", k.size_unit),
+                _ => k.size_unit.clone(),
+            };
             line_chart_with(
                 &title,
-                &k.size_unit,
+                &x_label,
                 "seconds per call",
                 &series,
                 &LineOptions {
@@ -834,7 +838,10 @@ mod tests {
         assert!(doc.contains("b = 1.00 (all sizes), 1.00 (top half, from 2^15)"));
         assert!(doc.contains("limit: stream_4r3w"));
         assert!(doc.contains("stroke-dasharray=\"7,5\""));
-        assert!(doc.contains("L2 1 MiB (16 B/param)") || !doc.contains("adam"));
+        assert!(
+            !doc.contains("L2 1 MiB"),
+            "cache marks on the optimizer panels only"
+        );
         // powers of two on the parameter axis, decades on the time axis
         assert!(doc.contains(r#">2</text>"#) && doc.contains(r#"font-size="10">20</text>"#));
         assert!(doc.contains(r#">10</text>"#));

@@ -15,8 +15,13 @@
 //!   layers of 1024-4096-1024) against `fresh_write_gbps` (filling a freshly allocated buffer of
 //!   the same size, the limit of producing that many bytes of new memory).
 //!
+//! - area `scaling` ([`scaling`]): each kernel timed over a range of sizes against its limit,
+//!   with the exponent of a power-law fit.
+//!
 //! `--against PROFILE` adds the real library's figure on the same work
 //! ([`crate::upstream::against`]).
+
+pub mod scaling;
 
 use crate::backend::Array;
 use crate::ode::Integration;
@@ -133,8 +138,8 @@ pub fn keep_freed_memory() {
     }
 }
 
-/// Run the figures of `area` (`all` runs every implemented area), after
-/// [`keep_freed_memory`].
+/// Run the figures of `area` (`all` runs every implemented area; `scaling` gives the fitted
+/// exponents of [`scaling::run`] as figures), after [`keep_freed_memory`].
 pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
     keep_freed_memory();
     match area {
@@ -145,10 +150,11 @@ pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
         "cnf" => cnf(quick),
         "faces" => faces(quick),
         "all" => all(quick, |_| {}).map(|a| a.figures),
+        "scaling" => scaling::run(quick, |_| {}).map(|s| scaling::figures(&s)),
         other => Err(crate::reference::Error::InvalidHyper {
             name: "AREA",
             value: other.into(),
-            expected: "one of optim, muon, ode, cnf, stack, faces, all".into(),
+            expected: "one of optim, muon, ode, cnf, stack, faces, scaling, all".into(),
         }
         .into()),
     }
@@ -392,13 +398,15 @@ pub fn copy_bandwidth_gbps(reps: usize) -> f64 {
 /// (`g, p, m, v`), write 3 (`p, m, v`), one add each, in the fused step's chunks on every core;
 /// bytes counted as the fused figures count them ([`FUSED_BYTES_PER_PARAM`]), best of `reps`.
 pub fn stream_4r3w_gbps(reps: usize) -> f64 {
+    stream_4r3w_gbps_at(FUSED_PARAMS, reps)
+}
+
+/// [`stream_4r3w_gbps`] over arrays of `n` elements (at least 1).
+pub fn stream_4r3w_gbps_at(n: usize, reps: usize) -> f64 {
+    let n = n.max(1);
     let chunk = crate::optim::fused::CHUNK;
-    let g = vec![1e-3f32; FUSED_PARAMS];
-    let (mut p, mut m, mut v) = (
-        vec![0.5f32; FUSED_PARAMS],
-        vec![0.0f32; FUSED_PARAMS],
-        vec![0.0f32; FUSED_PARAMS],
-    );
+    let g = vec![1e-3f32; n];
+    let (mut p, mut m, mut v) = (vec![0.5f32; n], vec![0.0f32; n], vec![0.0f32; n]);
     let secs = best_seconds(reps, || {
         p.par_chunks_mut(chunk)
             .zip(m.par_chunks_mut(chunk))
@@ -414,7 +422,38 @@ pub fn stream_4r3w_gbps(reps: usize) -> f64 {
             });
     });
     std::hint::black_box((&p, &m, &v));
-    (FUSED_BYTES_PER_PARAM * FUSED_PARAMS) as f64 / secs / 1e9
+    (FUSED_BYTES_PER_PARAM * n) as f64 / secs / 1e9
+}
+
+/// The f32 gemm rate of one `n x n x n` product through the gemm call dfdx makes (`2 n^3`
+/// flops), GFLOP/s: the best of `reps` after one warm-up product.
+pub fn gemm_f32_gflops(n: usize, reps: usize) -> f64 {
+    use crate::backend::{gemm_into, Operand};
+    let n = n.max(1);
+    let x: Vec<f32> = (0..n * n).map(|i| ((i as f32) * 0.618).sin()).collect();
+    let mut dst = vec![0.0f32; n * n];
+    let op = |d| Operand {
+        data: d,
+        offset: 0,
+        rs: n,
+        cs: 1,
+    };
+    let mut product = || gemm_into(n, n, n, &mut dst, 0, n, op(&x), op(&x));
+    product();
+    let secs = best_seconds(reps, product);
+    std::hint::black_box(&dst);
+    2.0 * (n as f64).powi(3) / secs / 1e9
+}
+
+/// Fresh memory written once on every core: GB/s of filling a newly allocated buffer of
+/// `elems` f16 values (rayon's collect writes each chunk in place), the best of `reps`.
+pub fn fresh_write_gbps(elems: usize, reps: usize) -> f64 {
+    let n = elems.max(1);
+    let secs = best_seconds(reps, || {
+        let v: Vec<half::f16> = (0..n).into_par_iter().map(|_| half::f16::ONE).collect();
+        std::hint::black_box(v);
+    });
+    (2 * n) as f64 / secs / 1e9
 }
 
 /// The passes of one line-search step on `f32` Rosenbrock, per parameter: `(name, bytes, flops)`
@@ -911,10 +950,7 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
     let n = cfg.params();
     // fresh memory written once on every core (rayon's collect writes each chunk in place),
     // the best of the run
-    let fill_s = best_seconds(reps.max(3), || {
-        let v: Vec<half::f16> = (0..n).into_par_iter().map(|_| half::f16::ONE).collect();
-        std::hint::black_box(v);
-    });
+    let fill = fresh_write_gbps(n, reps.max(3));
     let mut err = None;
     let init_s = median_seconds(reps, || {
         match build::<half::f16>(&cfg, 0, Strategy::ChunkedDirect, &mut ()) {
@@ -938,7 +974,7 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
         }
     });
     let rng_rate = (rounds as usize * scratch.len()) as f64 / rng_s / 1e9;
-    let (init, fill) = (bytes / init_s / 1e9, bytes / fill_s / 1e9);
+    let init = bytes / init_s / 1e9;
     Ok(vec![
         fig("init_chunked_gbps", init, "GB/s"),
         fig("fresh_write_gbps", fill, "GB/s"),
@@ -973,7 +1009,6 @@ pub const CNF_STEP_PER_FORWARD: f64 = 1.0 + 1.0 + 2.0;
 /// chunks, one core each). The step's products are [`CNF_STEP_PER_FORWARD`] forward solves'
 /// worth.
 fn cnf(quick: bool) -> Result<Vec<Figure>> {
-    use crate::backend::{gemm_into, Operand};
     use crate::cnf::data::Dataset;
     use crate::cnf::train::{TrainConfig, Trainer};
     use crate::cnf::CnfConfig;
@@ -1004,14 +1039,37 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
     let fwd_s = median_seconds(reps, || {
         let _ = crate::cnf::flow::log_likelihood(&params, &batch, None);
     });
-    // The f64 gemm rate of one chunk's dominant product (`(1 + d) GRAD_CHUNK x 64 x 64`), with
-    // every rayon thread running its own products at once, as the chunks of a step do.
+    let gflops = cnf_chunk_gemm_gflops(&cfg, if quick { 50 } else { 400 });
+    let steps = ((cfg.t1 - cfg.t0) / cfg.dt0).round();
+    let evals = steps * 6.0 + 1.0; // Tsit5 with FSAL
+    let fwd_flops = 2.0 * evals * cnf_eval_macs(&cfg, tc.batch);
+    let step_flops = fwd_flops * CNF_STEP_PER_FORWARD;
+    let ideal_ms = step_flops / (gflops * 1e9) * 1e3;
+    Ok(vec![
+        fig("train_step_w64_d3_b500_ms", step_s * 1e3, "ms"),
+        fig("cnf_loglik_b500_ms", fwd_s * 1e3, "ms"),
+        fig("gemm_f64_384x64x64_all_cores_gflops", gflops, "GFLOP/s"),
+        fig("cnf_train_step_gemm_bound_ms", ideal_ms, "ms"),
+        fig(
+            "train_step_vs_gemm_bound",
+            ideal_ms / (step_s * 1e3),
+            "ratio",
+        ),
+    ])
+}
+
+/// The f64 gemm rate (GFLOP/s, all threads together) of one CNF chunk's dominant product,
+/// `(1 + d) GRAD_CHUNK x width x width` for the field of `cfg`, with every rayon thread running
+/// `reps` products of its own at once, as the chunks of a step do: the median of 3 rounds after
+/// a warm-up round.
+pub fn cnf_chunk_gemm_gflops(cfg: &crate::cnf::CnfConfig, reps: usize) -> f64 {
+    use crate::backend::{gemm_into, Operand};
     let (m, k, n) = (
         (1 + cfg.tangents()) * crate::cnf::flow::GRAD_CHUNK,
         cfg.width,
         cfg.width,
     );
-    let reps = if quick { 50 } else { 400 };
+    let reps = reps.max(1);
     let run = || {
         let a: Vec<f64> = (0..m * k).map(|i| (i % 7) as f64 * 0.1).collect();
         let b: Vec<f64> = (0..k * n).map(|i| (i % 5) as f64 * 0.1).collect();
@@ -1032,23 +1090,7 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
     let gemm_s = median_seconds(3, || {
         rayon::broadcast(|_| run());
     });
-    let gflops = threads as f64 * reps as f64 * 2.0 * (m * n * k) as f64 / gemm_s / 1e9;
-    let steps = ((cfg.t1 - cfg.t0) / cfg.dt0).round();
-    let evals = steps * 6.0 + 1.0; // Tsit5 with FSAL
-    let fwd_flops = 2.0 * evals * cnf_eval_macs(&cfg, tc.batch);
-    let step_flops = fwd_flops * CNF_STEP_PER_FORWARD;
-    let ideal_ms = step_flops / (gflops * 1e9) * 1e3;
-    Ok(vec![
-        fig("train_step_w64_d3_b500_ms", step_s * 1e3, "ms"),
-        fig("cnf_loglik_b500_ms", fwd_s * 1e3, "ms"),
-        fig("gemm_f64_384x64x64_all_cores_gflops", gflops, "GFLOP/s"),
-        fig("cnf_train_step_gemm_bound_ms", ideal_ms, "ms"),
-        fig(
-            "train_step_vs_gemm_bound",
-            ideal_ms / (step_s * 1e3),
-            "ratio",
-        ),
-    ])
+    threads as f64 * reps as f64 * 2.0 * (m * n * k) as f64 / gemm_s / 1e9
 }
 
 #[cfg(test)]

@@ -72,7 +72,8 @@ enum Cmd {
     },
     /// Time the reference against the physical limit measured in the same run.
     Bench {
-        /// optim, muon, ode, cnf, stack, all; faces (each kernel in its fast form and its dfdx face)
+        /// optim, muon, ode, cnf, stack, all; faces (each kernel in its fast form and its dfdx
+        /// face); scaling (each kernel's time over a range of sizes, with a power-law fit)
         area: String,
         /// Fewer repetitions (a smoke run; figures are noisier).
         #[arg(long)]
@@ -80,6 +81,10 @@ enum Cmd {
         /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Area scaling only: write the log-log plot of time against size, one panel per
+        /// kernel, to FILE (written atomically).
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
         /// Also time the real library of this upstream profile (e.g. current) on the same work,
         /// in the same run (needs `harness upstream setup`).
         #[arg(long, value_name = "PROFILE")]
@@ -263,9 +268,10 @@ fn io_of(cmd: &Cmd) -> Outputs {
             .iter()
             .fold(Outputs::new(), |io, p| io.input(p))
             .output_opt("--json", json.as_ref()),
-        Cmd::Mutants { json, .. } | Cmd::Bench { json, .. } => {
-            Outputs::new().output_opt("--json", json.as_ref())
-        }
+        Cmd::Mutants { json, .. } => Outputs::new().output_opt("--json", json.as_ref()),
+        Cmd::Bench { json, svg, .. } => Outputs::new()
+            .output_opt("--json", json.as_ref())
+            .output_opt("--svg", svg.as_ref()),
         Cmd::InitPeaks { svg, json, .. } => Outputs::new()
             .output_opt("--svg", svg.as_ref())
             .output_opt("--json", json.as_ref()),
@@ -340,9 +346,20 @@ where
             area,
             quick,
             json,
+            svg,
             against,
             dirs,
-        } => bench(&area, quick, json, against.map(|p| (p, dirs))),
+        } => match (area.as_str(), svg, against) {
+            ("scaling", svg, None) => bench_scaling(quick, json, svg),
+            ("scaling", _, Some(_)) => Err(Usage(
+                "--against: `bench scaling` has no upstream equivalent; time an area instead"
+                    .into(),
+            )),
+            (_, Some(_), _) => Err(Usage(format!(
+                "--svg: only `bench scaling` draws a figure, not `bench {area}`"
+            ))),
+            (_, None, against) => bench(&area, quick, json, against.map(|p| (p, dirs))),
+        },
         Cmd::InitPeaks {
             layers,
             width,
@@ -702,6 +719,72 @@ fn bench(
     };
     save(json, &doc)?;
     Ok(upstream_ok)
+}
+
+/// `bench scaling`: every kernel over its sizes, the table on stdout, then `--json` and `--svg`.
+fn bench_scaling(quick: bool, json: Option<PathBuf>, svg: Option<PathBuf>) -> Outcome {
+    use crate::bench::scaling::{self, seconds_label, size_label};
+    let bar = progress();
+    let started = std::time::Instant::now();
+    let s = scaling::run(quick, |k| bar.set_message(format!("bench scaling: {k}")));
+    bar.finish_and_clear();
+    let s = s.map_err(|e| Usage(e.to_string()))?;
+    let mut t = Table::new(&["kernel", "size", "unit", "time", "limit time", "ratio"]);
+    for k in &s.kernels {
+        for p in &k.points {
+            t.row(vec![
+                k.name.clone(),
+                size_label(p.size),
+                k.size_unit.clone(),
+                seconds_label(p.seconds),
+                p.limit_seconds
+                    .map(seconds_label)
+                    .unwrap_or_else(|| "-".into()),
+                p.ratio
+                    .map(|r| format!("{r:.3}"))
+                    .unwrap_or_else(|| "-".into()),
+            ]);
+        }
+    }
+    print!("{}", t.render());
+    let mut f = Table::new(&[
+        "kernel",
+        "exponent (all sizes)",
+        "exponent (top half)",
+        "limit",
+    ]);
+    for k in &s.kernels {
+        let fit = |p: Option<scaling::PowerFit>| {
+            p.map_or("-".into(), |p| {
+                format!(
+                    "{:.3} over {}..{}",
+                    p.exponent,
+                    size_label(p.size_min),
+                    size_label(p.size_max)
+                )
+            })
+        };
+        f.row(vec![
+            k.name.clone(),
+            fit(k.fit_full),
+            fit(k.fit_top_half),
+            k.limit_source.clone(),
+        ]);
+    }
+    print!("{}", f.render());
+    println!(
+        "time: median seconds per call; ratio: limit time / time (above 1: faster than the \
+         limit measured at the largest size, e.g. in cache); exponent b of time = a size^b, \
+         least squares on log-log; {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    save(json, &s)?;
+    if let Some(path) = &svg {
+        crate::report::output::write_atomic(path, scaling::svg(&s).as_bytes())
+            .map_err(|e| Usage(format!("--svg {}: {e}", path.display())))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(true)
 }
 
 /// Time the upstream equivalents of `figures` with the worker of `prof` (false when the worker

@@ -363,3 +363,75 @@ fn every_option_is_described_and_there_is_a_version() {
         );
     }
 }
+
+#[test]
+fn bench_scaling_quick_writes_its_json_and_svg_and_refuses_bad_outputs() {
+    let d = scratch("scaling");
+    // an unwritable --svg, and --svg on an area that draws nothing: refused before any timing
+    refused(
+        &d,
+        &["bench", "scaling", "--quick", "--svg", "no/such/dir/s.svg"],
+        &[],
+        "--svg no/such/dir/s.svg",
+    );
+    refused(
+        &d,
+        &["bench", "optim", "--svg", "s.svg"],
+        &[],
+        "only `bench scaling` draws a figure",
+    );
+    refused(
+        &d,
+        &["bench", "scaling", "--json", "same", "--svg", "same"],
+        &[],
+        "same",
+    );
+    assert!(!d.join("s.svg").exists());
+    let out = harness()
+        .current_dir(&d)
+        .args([
+            "bench", "scaling", "--quick", "--json", "s.json", "--svg", "s.svg",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("limit time") && stdout.contains("exponent (top half)"));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("s.json")).unwrap()).unwrap();
+    assert_eq!(v["area"], "scaling");
+    let kernels = v["kernels"].as_array().unwrap();
+    let names: Vec<&str> = kernels
+        .iter()
+        .map(|k| k["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "adam_fused",
+            "radam_fused",
+            "newton_schulz5",
+            "cnf_loglik",
+            "ode_lv_tsit5_constant",
+            "stacked_init_chunked"
+        ]
+    );
+    for k in kernels {
+        let points = k["points"].as_array().unwrap();
+        assert!(points.len() >= 3, "{k}");
+        assert!(points.iter().all(|p| p["seconds"].as_f64().unwrap() > 0.0));
+        assert!(k["fit_full"]["exponent"].as_f64().unwrap().is_finite());
+        assert!(k["fit_top_half"]["exponent"].as_f64().unwrap().is_finite());
+        // every kernel but the scalar ODE solve has a limit at every size
+        let limited = points.iter().all(|p| p["limit_seconds"].as_f64().is_some());
+        assert_eq!(limited, k["name"] != "ode_lv_tsit5_constant", "{k}");
+    }
+    let svg = std::fs::read_to_string(d.join("s.svg")).unwrap();
+    roxmltree::Document::parse(&svg).expect("the SVG is well-formed XML");
+    assert_eq!(svg.matches("<svg").count(), 1 + kernels.len());
+    std::fs::remove_dir_all(&d).unwrap();
+}

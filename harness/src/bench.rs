@@ -395,7 +395,8 @@ pub fn copy_bandwidth_gbps(reps: usize) -> f64 {
 }
 
 /// The optimizer steps' traffic at the machine's best: read 4 f32 arrays of [`FUSED_PARAMS`]
-/// (`g, p, m, v`), write 3 (`p, m, v`), one add each, in the fused step's chunks on every core;
+/// (`g, p, m, v`), write 3 (`p, m, v`), one add each, in the fused step's chunks on every core,
+/// compiled for the CPU's widest vectors (as the fused step is);
 /// bytes counted as the fused figures count them ([`FUSED_BYTES_PER_PARAM`]), best of `reps`.
 pub fn stream_4r3w_gbps(reps: usize) -> f64 {
     stream_4r3w_gbps_at(FUSED_PARAMS, reps)
@@ -407,19 +408,27 @@ pub fn stream_4r3w_gbps_at(n: usize, reps: usize) -> f64 {
     let chunk = crate::optim::fused::CHUNK;
     let g = vec![1e-3f32; n];
     let (mut p, mut m, mut v) = (vec![0.5f32; n], vec![0.0f32; n], vec![0.0f32; n]);
+    use crate::backend::{vectorised, Kernel};
+    /// One chunk: `m += g; v += g; p -= g`, compiled for the CPU's widest vectors.
+    struct Chunk<'a>(&'a mut [f32], &'a mut [f32], &'a mut [f32], &'a [f32]);
+    impl Kernel for Chunk<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn run(self) {
+            let Chunk(p, m, v, g) = self;
+            for (((p, m), v), &g) in p.iter_mut().zip(m).zip(v).zip(g) {
+                *m += g;
+                *v += g;
+                *p -= g;
+            }
+        }
+    }
     let secs = best_seconds(reps, || {
         p.par_chunks_mut(chunk)
             .zip(m.par_chunks_mut(chunk))
             .zip(v.par_chunks_mut(chunk))
             .zip(g.par_chunks(chunk))
-            .for_each(|(((p, m), v), g)| {
-                for i in 0..g.len() {
-                    let gi = g[i];
-                    m[i] += gi;
-                    v[i] += gi;
-                    p[i] -= gi;
-                }
-            });
+            .for_each(|(((p, m), v), g)| vectorised(Chunk(p, m, v, g)));
     });
     std::hint::black_box((&p, &m, &v));
     (FUSED_BYTES_PER_PARAM * n) as f64 / secs / 1e9
@@ -494,8 +503,9 @@ pub fn linesearch_limit_seconds(
 
 /// The best rate of f32 additions and multiplications (not fused) on this machine: an
 /// element-wise recurrence `y <- (y a + b) a + b ...` (6 products, 6 sums per element) over an
-/// array that stays in the first-level cache, compiled for the CPU's widest vectors, on one core
-/// or split over two, whichever is faster.
+/// array that stays in the first-level cache, compiled for the CPU's widest vectors, in passes of
+/// an evaluation's flops, on one core or split over two per pass (on a rayon worker), whichever is
+/// faster.
 pub fn f32_flops_gflops(reps: usize) -> f64 {
     use crate::backend::{vectorised, Kernel};
     struct Recurrence<'a>(&'a mut [f32], usize);
@@ -516,23 +526,36 @@ pub fn f32_flops_gflops(reps: usize) -> f64 {
         }
     }
     let n = 2048; // 8 KiB: first-level cache
-    let sweeps = 256;
+    let sweeps = 32; // one pass: 786,432 flops, an evaluation's worth at 65,536 parameters
+    let passes = 64;
     let mut y: Vec<f32> = (0..n).map(|i| (i as f32).sin()).collect();
-    let one = best_seconds(reps, || vectorised(Recurrence(&mut y, sweeps)));
-    let (lo, hi) = y.split_at_mut(n / 2);
-    let two = best_seconds(reps, || {
-        rayon::join(
-            || vectorised(Recurrence(lo, sweeps)),
-            || vectorised(Recurrence(hi, sweeps)),
-        );
+    // on a rayon worker, as the line-search step runs: a pass split over two cores pays one join
+    let (one, two) = rayon::scope(|_| {
+        let one = best_seconds(reps, || {
+            for _ in 0..passes {
+                vectorised(Recurrence(&mut y, sweeps));
+            }
+        });
+        let (lo, hi) = y.split_at_mut(n / 2);
+        let two = best_seconds(reps, || {
+            for _ in 0..passes {
+                rayon::join(
+                    || vectorised(Recurrence(lo, sweeps)),
+                    || vectorised(Recurrence(hi, sweeps)),
+                );
+            }
+        });
+        (one, two)
     });
     std::hint::black_box(&y);
+    let sweeps = sweeps * passes;
     (12 * n * sweeps) as f64 / one.min(two) / 1e9
 }
 
 /// The best rate at which this machine streams two f32 vectors of `n` elements that live in its
-/// caches (a sum of `w_i + u_i` in the lane order, compiled for the CPU's widest vectors), on one
-/// core or split over two, whichever is faster: 8 bytes per element counted. The limit of work
+/// caches (a sum of `w_i + u_i`, compiled for the CPU's widest vectors), a pass at a time, on one
+/// core or split over two per pass (on a rayon worker), whichever is faster: 8 bytes per element
+/// counted. The limit of work
 /// that moves `n`-element vectors a pass at a time, as the line search does.
 pub fn cache_stream_gbps(n: usize, reps: usize) -> f64 {
     use crate::backend::{vectorised, Kernel, Lanes, LANES};
@@ -559,19 +582,23 @@ pub fn cache_stream_gbps(n: usize, reps: usize) -> f64 {
     let w: Vec<f32> = (0..n).map(|i| (i as f32).sin()).collect();
     let u: Vec<f32> = (0..n).map(|i| (i as f32).cos()).collect();
     let passes = 64; // each timing covers many passes: one pass is microseconds
-    let one = best_seconds(reps, || {
-        for _ in 0..passes {
-            std::hint::black_box(vectorised(SumBoth(&w, &u)));
-        }
-    });
-    let h = n / 2;
-    let two = best_seconds(reps, || {
-        for _ in 0..passes {
-            std::hint::black_box(rayon::join(
-                || vectorised(SumBoth(&w[..h], &u[..h])),
-                || vectorised(SumBoth(&w[h..], &u[h..])),
-            ));
-        }
+                     // on a rayon worker, as the line-search step runs: a pass split over two cores pays one join
+    let (one, two) = rayon::scope(|_| {
+        let one = best_seconds(reps, || {
+            for _ in 0..passes {
+                std::hint::black_box(vectorised(SumBoth(&w, &u)));
+            }
+        });
+        let h = n / 2;
+        let two = best_seconds(reps, || {
+            for _ in 0..passes {
+                std::hint::black_box(rayon::join(
+                    || vectorised(SumBoth(&w[..h], &u[..h])),
+                    || vectorised(SumBoth(&w[h..], &u[h..])),
+                ));
+            }
+        });
+        (one, two)
     });
     (8 * n * passes) as f64 / one.min(two) / 1e9
 }

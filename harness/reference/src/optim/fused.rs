@@ -35,7 +35,7 @@
 use super::moments::{check_inputs, safe_increment, AdamHyper, MomentConsts, MomentScalars};
 use super::radam::{RadamHyper, Selection};
 use super::MomentState;
-use crate::backend::Float;
+use crate::backend::{vectorised, Float, Kernel};
 use crate::error::ensure;
 use crate::stage::{KeyHasher, Stage};
 use crate::tree::Tree;
@@ -187,18 +187,50 @@ impl<E: Float> FusedMoments<E> {
             .zip(nu.iter_mut())
         {
             let (p, g, m, v) = (p.1.data_mut(), g.1.data(), m.1.data_mut(), v.1.data_mut());
+            let run = |p, g, m, v| {
+                vectorised(Chunk {
+                    plan: &plan,
+                    s: &s,
+                    out,
+                    p,
+                    g,
+                    m,
+                    v,
+                })
+            };
             if p.len() <= CHUNK {
-                kernel(&plan, &s, out, p, g, m, v);
+                run(p, g, m, v);
             } else {
                 p.par_chunks_mut(CHUNK)
                     .zip(g.par_chunks(CHUNK))
                     .zip(m.par_chunks_mut(CHUNK))
                     .zip(v.par_chunks_mut(CHUNK))
-                    .for_each(|(((p, g), m), v)| kernel(&plan, &s, out, p, g, m, v));
+                    .for_each(|(((p, g), m), v)| run(p, g, m, v));
             }
         }
         self.state.count = t;
         Ok(())
+    }
+}
+
+/// One chunk of the step, compiled for the CPU's widest vectors ([`vectorised`]): the element
+/// loop does IEEE products, quotients, sums and square roots, each correctly rounded, and no
+/// fused multiply-add, so its bits are those of the portable loop.
+struct Chunk<'a, E: Float> {
+    plan: &'a Plan<E::Acc>,
+    s: &'a MomentScalars<E::Acc>,
+    out: Out<E::Acc>,
+    p: &'a mut [E],
+    g: &'a [E],
+    m: &'a mut [E::Acc],
+    v: &'a mut [E::Acc],
+}
+
+impl<E: Float> Kernel for Chunk<'_, E> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        kernel(self.plan, self.s, self.out, self.p, self.g, self.m, self.v)
     }
 }
 

@@ -25,6 +25,8 @@
 //! assert!(init_value(1, 2, 3, 4, 16).abs() <= 0.25);
 //! ```
 
+use crate::backend::{run_at, vectorised, Kernel, Simd};
+
 /// SplitMix64's increment (2^64 / golden ratio).
 pub const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -80,54 +82,47 @@ pub fn fill_f32(key: u64, lim: f32, start: u64, out: &mut [f32]) {
     }
 }
 
-/// [`fill_f32`] vectorised where the CPU allows: the same loop compiled for AVX-512 (eight
-/// 64-bit lanes with a native 64-bit multiply) or AVX2 (four lanes, the multiply built from
-/// 32-bit ones), selected at run time. Integer hashing, an exact integer-to-float conversion
-/// and one f32 product per element: the bits do not depend on how the loop is vectorised, so
-/// every form agrees exactly (tested on each form the CPU has).
-pub fn fill_f32_vectorised(key: u64, lim: f32, start: u64, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if has_avx512() {
-            // SAFETY: the CPU supports AVX-512 F, DQ and VL (checked just above).
-            unsafe { fill_f32_avx512(key, lim, start, out) };
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            unsafe { fill_f32_avx2(key, lim, start, out) };
-            return;
-        }
+/// [`fill_f32`] as a [`Kernel`].
+struct Fill<'a> {
+    key: u64,
+    lim: f32,
+    start: u64,
+    out: &'a mut [f32],
+}
+
+impl Kernel for Fill<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        fill_f32(self.key, self.lim, self.start, self.out)
     }
-    fill_f32(key, lim, start, out);
 }
 
-/// Whether the CPU runs the AVX-512 form of [`fill_f32_vectorised`].
-#[cfg(target_arch = "x86_64")]
-fn has_avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512dq")
-        && std::arch::is_x86_feature_detected!("avx512vl")
+/// [`fill_f32`] compiled for the CPU's widest vectors ([`vectorised`]: on x86-64 AVX-512 gives
+/// eight 64-bit lanes with a native 64-bit multiply, AVX2 four lanes with the multiply built from
+/// 32-bit ones). Integer hashing, an exact integer-to-float conversion and one f32 product per
+/// element: the bits do not depend on how the loop is vectorised, so every form agrees exactly
+/// (tested on each form the CPU has).
+pub fn fill_f32_vectorised(key: u64, lim: f32, start: u64, out: &mut [f32]) {
+    vectorised(Fill {
+        key,
+        lim,
+        start,
+        out,
+    })
 }
 
-/// [`fill_f32`] compiled for AVX-512.
-///
-/// # Safety
-/// The CPU must support AVX-512 F, DQ and VL.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512dq,avx512vl")]
-unsafe fn fill_f32_avx512(key: u64, lim: f32, start: u64, out: &mut [f32]) {
-    fill_f32(key, lim, start, out);
-}
-
-/// [`fill_f32`] compiled for AVX2.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn fill_f32_avx2(key: u64, lim: f32, start: u64, out: &mut [f32]) {
-    fill_f32(key, lim, start, out);
+/// [`fill_f32`] compiled for `level` ([`run_at`]).
+pub fn fill_f32_at(level: Simd, key: u64, lim: f32, start: u64, out: &mut [f32]) {
+    run_at(
+        level,
+        Fill {
+            key,
+            lim,
+            start,
+            out,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -211,18 +206,10 @@ mod tests {
             fill_f32(key, 0.03125, start, &mut slow);
             fill_f32_vectorised(key, 0.03125, start, &mut fast);
             assert!(same(&fast, &slow));
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: AVX2 is present.
-                    unsafe { fill_f32_avx2(key, 0.03125, start, &mut fast) };
-                    assert!(same(&fast, &slow), "avx2");
-                }
-                if has_avx512() {
-                    // SAFETY: AVX-512 F, DQ and VL are present.
-                    unsafe { fill_f32_avx512(key, 0.03125, start, &mut fast) };
-                    assert!(same(&fast, &slow), "avx512");
-                }
+            for level in Simd::available() {
+                fast.fill(0.0);
+                fill_f32_at(level, key, 0.03125, start, &mut fast);
+                assert!(same(&fast, &slow), "{level:?}");
             }
         }
     }

@@ -5,7 +5,9 @@
 //! the common case). The formulas are written in the order the JAX reference writes them, so that
 //! golden cases replay to the last few bits.
 
-use crate::backend::{blocked_sum, vectorised, Array, Kernel, Lanes, Real, LANES};
+use crate::backend::{
+    blocked_sum, vectorised, Array, Kernel, Lanes, Real, BLOCK, LANES, PARALLEL_BLOCKS,
+};
 use crate::stage::{HasSignature, LeafSig, Signature};
 use crate::tree::Tree;
 use crate::{Error, Result};
@@ -210,39 +212,61 @@ fn rosenbrock_sum<A: Real, P: Point<A> + Sync>(point: P) -> A {
     })
 }
 
-/// The gradient of [`Rosenbrock`] at `x` into `g` (a [`Kernel`]):
-/// `g_i = ((0 + 200 d_{i-1}) - 400 d_i x_i) - 2 (1 - x_i)` with `d_i = x_{i+1} - x_i^2`, each
-/// coordinate on its own and rounded as accumulating both contributions into zeros; the first
-/// coordinate has no left term, the last only its left term.
-struct RosenbrockGrad<'a, A> {
+/// Interior coordinates `lo .. lo + g.len()` (all within `1 .. dim - 1`) of [`Rosenbrock`]'s
+/// gradient at `x` (a [`Kernel`]): `g_i = ((0 + 200 d_{i-1}) - 400 d_i x_i) - 2 (1 - x_i)` with
+/// `d_i = x_{i+1} - x_i^2`, each coordinate on its own and rounded as accumulating both
+/// contributions into zeros (so any split of the coordinates gives the same bits).
+struct GradInterior<'a, A> {
     x: &'a [A],
+    lo: usize,
     g: &'a mut [A],
 }
 
-impl<A: Real> Kernel for RosenbrockGrad<'_, A> {
+impl<A: Real> Kernel for GradInterior<'_, A> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let (x, g) = (self.x, self.g);
-        let dim = x.len();
+        let (x, lo, m) = (self.x, self.lo, self.g.len());
+        let (xl, xc, xr) = (
+            &x[lo - 1..lo - 1 + m],
+            &x[lo..lo + m],
+            &x[lo + 1..lo + 1 + m],
+        );
         let d = |x0: A, x1: A| x1 - x0 * x0;
-        if dim >= 3 {
-            let m = dim - 2;
-            let (xl, xc, xr) = (&x[..m], &x[1..1 + m], &x[2..2 + m]);
-            for (j, gi) in g[1..1 + m].iter_mut().enumerate() {
-                let (l, c0, r) = (xl[j], xc[j], xr[j]);
-                *gi = (A::zero() + c::<A>(200.0) * d(l, c0))
-                    - c::<A>(400.0) * d(c0, r) * c0
-                    - c::<A>(2.0) * (c::<A>(1.0) - c0);
-            }
+        for (j, gi) in self.g.iter_mut().enumerate() {
+            let (l, c0, r) = (xl[j], xc[j], xr[j]);
+            *gi = (A::zero() + c::<A>(200.0) * d(l, c0))
+                - c::<A>(400.0) * d(c0, r) * c0
+                - c::<A>(2.0) * (c::<A>(1.0) - c0);
         }
-        if dim >= 2 {
-            g[0] = (A::zero() - c::<A>(400.0) * d(x[0], x[1]) * x[0])
-                - c::<A>(2.0) * (c::<A>(1.0) - x[0]);
-            g[dim - 1] = A::zero() + c::<A>(200.0) * d(x[dim - 2], x[dim - 1]);
-        } else if dim == 1 {
-            g[0] = A::zero();
+    }
+}
+
+/// [`Rosenbrock`]'s gradient at `x` into `g`: the first coordinate has no left term, the last
+/// only its left term; the interior splits in two halves over the pool when called on a rayon
+/// worker and long enough ([`crate::backend::PARALLEL_BLOCKS`] blocks).
+fn rosenbrock_grad<A: Real>(x: &[A], g: &mut [A]) {
+    let dim = x.len();
+    let d = |x0: A, x1: A| x1 - x0 * x0;
+    if dim >= 3 {
+        let inner = &mut g[1..dim - 1];
+        if rayon::current_thread_index().is_some() && inner.len() >= PARALLEL_BLOCKS * BLOCK {
+            let h = inner.len() / 2;
+            let (a, b) = inner.split_at_mut(h);
+            rayon::join(
+                || vectorised(GradInterior { x, lo: 1, g: a }),
+                || vectorised(GradInterior { x, lo: 1 + h, g: b }),
+            );
+        } else {
+            vectorised(GradInterior { x, lo: 1, g: inner });
         }
+    }
+    if dim >= 2 {
+        g[0] =
+            (A::zero() - c::<A>(400.0) * d(x[0], x[1]) * x[0]) - c::<A>(2.0) * (c::<A>(1.0) - x[0]);
+        g[dim - 1] = A::zero() + c::<A>(200.0) * d(x[dim - 2], x[dim - 1]);
+    } else if dim == 1 {
+        g[0] = A::zero();
     }
 }
 
@@ -261,9 +285,13 @@ impl<A: Real> Objective<A> for Rosenbrock {
     }
     fn value_and_grad(&self, x: &Tree<A>) -> Result<(A, Tree<A>)> {
         let f = contiguous(x);
-        let v = rosenbrock_sum(At(&f));
         let mut g = vec![A::zero(); f.len()];
-        vectorised(RosenbrockGrad { x: &f, g: &mut g });
+        let v = if rayon::current_thread_index().is_some() && f.len() >= PARALLEL_BLOCKS * BLOCK {
+            rayon::join(|| rosenbrock_sum(At(&f)), || rosenbrock_grad(&f, &mut g)).0
+        } else {
+            rosenbrock_grad(&f, &mut g);
+            rosenbrock_sum(At(&f))
+        };
         Ok((v, unflatten_owned(x, g)))
     }
     fn value_along(&self, w: &Tree<A>, eta: A, u: &Tree<A>) -> Result<A> {

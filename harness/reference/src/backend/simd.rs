@@ -82,11 +82,12 @@ impl Simd {
             .collect()
     }
 
-    /// The widest level this CPU runs.
+    /// The widest level this CPU runs (no allocation: kernels ask at every call).
     pub fn best() -> Simd {
-        *Simd::available()
-            .last()
-            .expect("the portable level is always available")
+        [Simd::Avx512, Simd::Avx2]
+            .into_iter()
+            .find(|l| l.is_available())
+            .unwrap_or(Simd::Portable)
     }
 }
 

@@ -54,6 +54,7 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
         "linesearch_convex_quadratic_monotone",
         "linesearch_trace_once",
         "linesearch_nonfinite_zero_step",
+        "linesearch_value_along_matches_candidate",
         // tests/muon.rs
         "muon_state_fixed_traces_iterations",
         "muon_transpose_symmetry",

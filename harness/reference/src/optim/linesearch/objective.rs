@@ -2,7 +2,8 @@
 //!
 //! An [`Objective`] maps a parameter tree to a scalar; its gradient is given in closed form. The
 //! fixtures see the tree's leaves concatenated in name order as one vector `x` (a single leaf is
-//! the common case). The formulas are written in the order the JAX reference writes them, so that
+//! the common case). Each term is written in the order the JAX reference writes it; long sums run
+//! in the workspace's fixed order ([`crate::backend::lanes`]), where XLA chooses its own, so
 //! golden cases replay to the last few bits.
 
 use crate::backend::{

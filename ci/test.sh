@@ -2,6 +2,8 @@
 # The README's test command, then the extra checks CI runs. Run from anywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# outputs below go to target/, wherever CARGO_TARGET_DIR puts the build
+mkdir -p target
 cargo test --release
 cargo run --release -q -p harness -- golden fixtures/golden
 cargo run --release -q -p harness -- golden --face dfdx fixtures/golden

@@ -145,27 +145,6 @@ pub fn blocked_sum<A: Real>(n: usize, block_total: &(impl Fn(usize, usize) -> A 
     }
 }
 
-/// `sum_i term(i)` for `i < n`, in the lane order. `term` is called once per index.
-#[inline(always)]
-pub fn lane_sum_by<A: Real>(n: usize, term: impl Fn(usize) -> A + Sync) -> A {
-    blocked_sum(n, &|start, len| {
-        let mut lanes = Lanes::default();
-        let full = len - len % LANES;
-        let mut block = [A::zero(); LANES];
-        for base in (start..start + full).step_by(LANES) {
-            for (k, b) in block.iter_mut().enumerate() {
-                *b = term(base + k);
-            }
-            lanes.add_block(&block);
-        }
-        for (k, b) in block.iter_mut().take(len - full).enumerate() {
-            *b = term(start + full + k);
-        }
-        lanes.add_tail(&block[..len - full]);
-        lanes.total()
-    })
-}
-
 /// One block's lane-order total of `x_i` (or of `x_i y_i` when `y` is given): a [`Kernel`].
 struct BlockTotal<'a, A> {
     x: &'a [A],
@@ -281,11 +260,6 @@ mod tests {
             let xy: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a * b).collect();
             let want = by_definition(&x);
             assert_eq!(lane_sum(&x).to_bits(), want.to_bits(), "sum, n = {n}");
-            assert_eq!(
-                lane_sum_by(n, |i| x[i]).to_bits(),
-                want.to_bits(),
-                "n = {n}"
-            );
             let want = by_definition(&xy);
             assert_eq!(lane_dot(&x, &y).to_bits(), want.to_bits(), "dot, n = {n}");
         }
@@ -319,6 +293,6 @@ mod tests {
     fn a_sum_of_ones_is_exact_where_a_running_sum_stalls() {
         // a running f32 sum of 2^25 ones stops at 2^24; lanes of 512 and a tree of blocks do not
         let n = 1usize << 25;
-        assert_eq!(lane_sum_by(n, |_| 1.0f32), n as f32);
+        assert_eq!(lane_sum(&vec![1.0f32; n]), n as f32);
     }
 }

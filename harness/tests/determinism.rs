@@ -92,8 +92,9 @@ fn linesearch_run(dim: usize, threads: usize) -> (Tree<f32>, Vec<f32>) {
 
 #[test]
 fn line_search_steps_are_bitwise_identical_on_the_caller_and_on_one_or_two_threads() {
-    // 9 blocks of the summation order and a remainder: the sums split at every level
-    let dim = 9 * harness::backend::BLOCK + 77;
+    // past twice the split threshold, and a remainder: the sums and the gradient split over
+    // the threads at their first levels
+    let dim = (2 * harness::backend::PARALLEL_BLOCKS + 1) * harness::backend::BLOCK + 77;
     let (point, sums) = linesearch_run(dim, 0);
     for threads in [1, 2] {
         let (p, s) = linesearch_run(dim, threads);

@@ -94,9 +94,13 @@ impl<A: Real> Lanes<A> {
 /// Terms per block.
 pub const BLOCK: usize = 8192;
 
-/// Blocks from which [`blocked_sum`] splits its tree over two threads (below, a split costs more
-/// than it saves: one block is a few microseconds of work).
-pub const PARALLEL_BLOCKS: usize = 4;
+/// Blocks from which [`blocked_sum`] (and the line-search objective's value and gradient) split
+/// their work over two threads: 16 blocks, 131,072 terms, half a megabyte of f32. Below, the
+/// wake-ups of a join cost more than the half pass they save: one line-search step on 65,536 f32
+/// (8 blocks; 21 passes over two cache-resident vectors, each a few microseconds) took
+/// 0.23-0.24 ms on one thread against 0.27-0.28 ms with the sums split from 4 blocks and
+/// 0.31 ms from 8 (`harness bench optim`, 2 cores, the same runs alternated).
+pub const PARALLEL_BLOCKS: usize = 16;
 
 /// `sum_i t_i` for `i < n` in the lane order, given `block_total(start, len)`, the lane-order
 /// total of terms `start .. start + len` of one block. The blocks' tree is walked recursively;
@@ -267,7 +271,8 @@ mod tests {
 
     #[test]
     fn the_sum_is_the_same_on_one_thread_and_on_two() {
-        let x: Vec<f32> = (0..9 * BLOCK + 5)
+        // enough blocks that the tree splits over the threads at its first levels
+        let x: Vec<f32> = (0..(2 * PARALLEL_BLOCKS + 1) * BLOCK + 5)
             .map(|i| (i as f32 * 0.11).sin())
             .collect();
         let on = |threads: usize| {

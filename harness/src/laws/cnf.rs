@@ -6,6 +6,7 @@
 //! counter) and watch the verdicts fail.
 
 use super::{check_property, Family, Law};
+use crate::backend::Real;
 use crate::cnf::data::Dataset;
 use crate::cnf::field::{BlockField, Tangents};
 use crate::cnf::flow::{self, TapedField};
@@ -587,23 +588,23 @@ pub fn train_case() -> impl Strategy<Value = TrainCase> {
 }
 
 /// What the training laws step: the reference [`Trainer`], or code that stages the same step
-/// differently.
-pub trait TrainSubject {
+/// differently, training in `A` (f32 or f64; f64 unless named).
+pub trait TrainSubject<A: Real = f64> {
     /// Fresh state.
-    fn init(&self) -> crate::reference::Result<TrainState>;
+    fn init(&self) -> crate::reference::Result<TrainState<A>>;
     /// One step: `(new state, loss before the update)`.
-    fn step(&mut self, state: &TrainState) -> crate::reference::Result<(TrainState, f64)>;
+    fn step(&mut self, state: &TrainState<A>) -> crate::reference::Result<(TrainState<A>, f64)>;
     /// Traces (specialisations) so far.
     fn traces(&self) -> usize;
     /// Plans (compiled steps) the subject holds now.
     fn plans(&self) -> usize;
 }
 
-impl TrainSubject for Trainer {
-    fn init(&self) -> crate::reference::Result<TrainState> {
+impl<A: Real> TrainSubject<A> for Trainer<A> {
+    fn init(&self) -> crate::reference::Result<TrainState<A>> {
         Trainer::init(self)
     }
-    fn step(&mut self, state: &TrainState) -> crate::reference::Result<(TrainState, f64)> {
+    fn step(&mut self, state: &TrainState<A>) -> crate::reference::Result<(TrainState<A>, f64)> {
         Trainer::step(self, state)
     }
     fn traces(&self) -> usize {
@@ -614,16 +615,27 @@ impl TrainSubject for Trainer {
     }
 }
 
-/// Makes the training subject of a case from the reference trainer of the case.
-pub type MakeTrainSubject<'a> = &'a (dyn Fn(Trainer) -> Box<dyn TrainSubject> + Sync);
+/// Makes the training subject of a case from the reference trainer of the case (in `A`).
+pub type MakeTrainSubject<'a, A = f64> =
+    &'a (dyn Fn(Trainer<A>) -> Box<dyn TrainSubject<A>> + Sync);
 
-/// The reference trainer as it is.
+/// The reference f64 trainer as it is ([`typed_reference_trainer`] at f64).
 pub fn reference_trainer(t: Trainer) -> Box<dyn TrainSubject> {
+    typed_reference_trainer(t)
+}
+
+/// The reference trainer in `A` as it is.
+pub fn typed_reference_trainer<A: Real>(t: Trainer<A>) -> Box<dyn TrainSubject<A>> {
     Box::new(t)
 }
 
-/// Build the reference trainer of a case.
+/// Build the reference f64 trainer of a case ([`typed_trainer_for`] at f64).
 pub fn trainer_for(c: &TrainCase) -> crate::reference::Result<Trainer> {
+    typed_trainer_for(c)
+}
+
+/// Build the reference trainer of a case, training in `A` (f32 or f64).
+pub fn typed_trainer_for<A: Real>(c: &TrainCase) -> crate::reference::Result<Trainer<A>> {
     let cfg = CnfConfig {
         width: c.width,
         depth: 1,
@@ -645,7 +657,7 @@ pub fn trainer_for(c: &TrainCase) -> crate::reference::Result<Trainer> {
         },
         ..TrainConfig::default()
     };
-    Trainer::new(cfg, tc, Dataset::TwoMoons)
+    Trainer::typed(cfg, tc, Dataset::TwoMoons)
 }
 
 /// `steps` training steps trace once, and live bytes after the last step equal those after
@@ -655,7 +667,12 @@ pub fn trainer_for(c: &TrainCase) -> crate::reference::Result<Trainer> {
 /// worker allocates the first time it takes part in a product, and on a loaded machine a worker
 /// may first take part at any step — a one-time cost per thread, not growth per step, that would
 /// otherwise make the measurement flaky. (Results do not depend on the thread count: tested.)
-pub fn train_trace_once_with(c: &TrainCase, subject: MakeTrainSubject) -> Result<(), String> {
+///
+/// Generic over the subject's arithmetic type `A`: the same law on the f32 and the f64 trainer.
+pub fn train_trace_once_with<A: Real>(
+    c: &TrainCase,
+    subject: MakeTrainSubject<'_, A>,
+) -> Result<(), String> {
     measurement_pool().install(|| train_trace_once_on_this_pool(c, subject))
 }
 
@@ -672,9 +689,12 @@ pub fn measurement_pool() -> &'static rayon::ThreadPool {
     })
 }
 
-fn train_trace_once_on_this_pool(c: &TrainCase, subject: MakeTrainSubject) -> Result<(), String> {
-    let mut trainer = subject(trainer_for(c).map_err(|e| e.to_string())?);
-    let mut state: TrainState = trainer.init().map_err(|e| e.to_string())?;
+fn train_trace_once_on_this_pool<A: Real>(
+    c: &TrainCase,
+    subject: MakeTrainSubject<'_, A>,
+) -> Result<(), String> {
+    let mut trainer = subject(typed_trainer_for(c).map_err(|e| e.to_string())?);
+    let mut state: TrainState<A> = trainer.init().map_err(|e| e.to_string())?;
     let mut live_first = 0;
     for i in 0..c.steps {
         let (next, loss) = trainer.step(&state).map_err(|e| e.to_string())?;

@@ -422,13 +422,12 @@ pub fn hutchinson_unbiased_with(c: &ModelCase, probes: [ProbeGen; 2]) -> Result<
 // ----------------------------------------------------------------------------------------------
 // Loss gradients.
 
-/// A loss-and-gradient under test (the signature of [`flow::loss_and_grad`]).
-pub type LossGradFn = fn(
-    &CnfParams<f64>,
-    &[f64],
-    Option<&[f64]>,
-    GradMode,
-) -> crate::reference::Result<flow::LossGrad>;
+/// A loss-and-gradient under test computing in `A` (the signature of [`flow::loss_and_grad`]).
+pub type TypedLossGradFn<A> =
+    fn(&CnfParams<A>, &[A], Option<&[A]>, GradMode) -> crate::reference::Result<flow::LossGrad<A>>;
+
+/// A loss-and-gradient under test in f64.
+pub type LossGradFn = TypedLossGradFn<f64>;
 
 /// Parameters checked per block (spread over every layer).
 pub const FD_PARAMS_PER_BLOCK: usize = 24;
@@ -531,25 +530,76 @@ pub fn hand_vjp_matches_tape_with(c: &VjpCase, hand: LossGradFn) -> Result<(), S
     let got = hand(&p, &x, probes.as_deref(), mode).map_err(|e| e.to_string())?;
     let want =
         flow::loss_and_grad_on_tape(&p, &x, probes.as_deref(), mode).map_err(|e| e.to_string())?;
-    let tol = tolerance::CNF_MANUAL_VJP;
-    if !tol.close(got.loss, want.loss) {
-        return Err(format!(
-            "loss {:.15e}, on the tape {:.15e}",
-            got.loss, want.loss
-        ));
+    loss_grad_close(
+        &got,
+        &want,
+        tolerance::CNF_MANUAL_VJP,
+        ("hand-written VJP", "on the tape"),
+    )
+}
+
+/// `got` is within `tol` of `want`: the loss by [`tolerance::Tol::close`], each gradient entry
+/// scale-aware, `|g - w| <= atol + rtol max(s_b, |w|)` with `s_b` the largest `|w|` of its block
+/// (a gradient entry's rounding error follows the block's scale, not its own size). `names`
+/// label the two sides in the message.
+fn loss_grad_close<A: Real>(
+    got: &flow::LossGrad<A>,
+    want: &flow::LossGrad<f64>,
+    tol: tolerance::Tol,
+    (gname, wname): (&str, &str),
+) -> Result<(), String> {
+    let loss = got.loss.as_f64();
+    if !tol.close(loss, want.loss) {
+        return Err(format!("loss {loss:.15e}, {wname} {:.15e}", want.loss));
     }
     for (b, (g, w)) in got.grads.iter().zip(&want.grads).enumerate() {
-        // scale-aware: compare against the block gradient's largest entry
         let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        for (i, (&gi, &wi)) in g.iter().zip(w).enumerate() {
+        for (i, (gi, &wi)) in g.iter().zip(w).enumerate() {
+            let gi = gi.as_f64();
             if (gi - wi).abs() > tol.atol + tol.rtol * scale.max(wi.abs()) {
                 return Err(format!(
-                    "block {b} parameter {i}: hand-written VJP {gi:.15e}, on the tape {wi:.15e}"
+                    "block {b} parameter {i}: {gname} {gi:.15e}, {wname} {wi:.15e}"
                 ));
             }
         }
     }
     Ok(())
+}
+
+/// The values of `v` rounded to f32 and widened back (exact), so that an f32 and an f64
+/// computation start from the same numbers.
+fn f32_grid(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|&x| x as f32 as f64).collect()
+}
+
+/// The loss and `dL/dtheta` computed in f32 (`lg32`) match [`flow::loss_and_grad`] in f64 on
+/// the same weights, batch and probes (the case's, rounded to f32 so that both sides start
+/// from the same numbers: only the arithmetic differs) within
+/// [`tolerance::cnf_loss_grad`]`(F32)`, exact and Hutchinson traces, one chunk and several.
+pub fn f32_loss_grad_matches_f64_with(
+    c: &VjpCase,
+    lg32: TypedLossGradFn<f32>,
+) -> Result<(), String> {
+    let (p, x, probes) = c.inputs();
+    let p32 = p.cast::<f32>();
+    let (x, probes) = (f32_grid(&x), probes.as_deref().map(f32_grid));
+    let narrow = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+    let mode = GradMode::FullTape;
+    let want = flow::loss_and_grad(&p32.cast::<f64>(), &x, probes.as_deref(), mode)
+        .map_err(|e| e.to_string())?;
+    let got = lg32(
+        &p32,
+        &narrow(&x),
+        probes.as_deref().map(narrow).as_deref(),
+        mode,
+    )
+    .map_err(|e| e.to_string())?;
+    loss_grad_close(
+        &got,
+        &want,
+        tolerance::cnf_loss_grad(crate::backend::DType::F32),
+        ("f32", "f64"),
+    )
 }
 
 // ----------------------------------------------------------------------------------------------

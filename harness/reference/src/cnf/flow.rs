@@ -9,7 +9,7 @@
 //!   discretise-then-optimise through [`crate::ode::grad`] (full tape or checkpointed), chaining
 //!   the blocks' vector-Jacobian products: the cotangent of the final state is
 //!   `dL/dy = y/n`, `dL/ddelta = -1/n`, and each block's `dL/dz(start)` is the next block's
-//!   cotangent.
+//!   cotangent. Like the forward pass it computes in the parameters' type (f32 or f64).
 //!
 //! Guarantees: a batch whose length is not a multiple of `data_size` is a
 //! [`crate::Error::ShapeMismatch`]; non-finite data or probes are

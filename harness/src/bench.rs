@@ -1249,6 +1249,34 @@ mod tests {
     }
 
     #[test]
+    fn the_f32_cnf_step_is_held_to_its_own_f32_gemm_bound() {
+        let mut f = vec![
+            fig("cnf_train_step_gemm_bound_ms", 90.0, "ms"),
+            fig("train_step_w64_d3_b500_ms", 120.0, "ms"),
+            fig("cnf_train_step_f32_gemm_bound_ms", 40.0, "ms"),
+            fig("train_step_w64_d3_b500_f32_ms", 80.0, "ms"),
+        ];
+        attach_limits(&mut f);
+        // a time: bound / measured, each step against the bound of its own dtype
+        assert_eq!((f[1].limit, f[1].ratio), (Some(90.0), Some(0.75)));
+        assert_eq!((f[3].limit, f[3].ratio), (Some(40.0), Some(0.5)));
+        let why = f[3].limit_source.as_deref().unwrap();
+        assert!(why.contains("gemm_f32_384x64x64_all_cores_gflops"), "{why}");
+        // a step faster than its bound: the bound is reported broken, not printed
+        let mut g = vec![
+            fig("cnf_train_step_f32_gemm_bound_ms", 40.0, "ms"),
+            fig("train_step_w64_d3_b500_f32_ms", 30.0, "ms"),
+        ];
+        attach_limits(&mut g);
+        assert_eq!(g[1].ratio, None);
+        let why = g[1].limit_source.as_deref().unwrap();
+        assert!(
+            why.starts_with("BROKEN LIMIT: the figure reaches 1.333"),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn plain_figures_keep_the_cli_shape() {
         let v = serde_json::to_value(fig("x", 1.0, "ms")).unwrap();
         assert_eq!(

@@ -10,7 +10,8 @@
 //!   planned form) and `gemm_1024_gflops` (one 1024^3 f32 product through the same gemm call
 //!   dfdx makes, `2 n^3` flops per product);
 //! - area `ode`: `ode_lv_tsit5_1e-8_us` and its step count;
-//! - area `cnf`: `train_step_w64_d3_b500_ms` and its gemm bound;
+//! - area `cnf`: `train_step_w64_d3_b500_ms` and its gemm bound, the same step in f32
+//!   (`train_step_w64_d3_b500_f32_ms`) and its f32 gemm bound;
 //! - area `stack`: `init_chunked_gbps` (f16 output bytes per second of `chunked-direct` for 16
 //!   layers of 1024-4096-1024) against `fresh_write_gbps` (filling a freshly allocated buffer of
 //!   the same size, the limit of producing that many bytes of new memory).
@@ -226,6 +227,7 @@ pub fn attach_limits(figures: &mut [Figure]) {
     let ode_steps = get("ode_lv_tsit5_1e-8_steps");
     let rng = get("counter_rng_gelems");
     let cnf_bound = get("cnf_train_step_gemm_bound_ms");
+    let cnf_bound32 = get("cnf_train_step_f32_gemm_bound_ms");
     let rate = |f: &mut Figure, limit: Option<f64>, source: &str| {
         if let Some(l) = limit.filter(|l| *l > 0.0) {
             f.limit = Some(l);
@@ -342,6 +344,22 @@ pub fn attach_limits(figures: &mut [Figure]) {
             }
             "cnf_train_step_gemm_bound_ms" => {
                 f.limit_source = Some("is the train_step_w64_d3_b500_ms limit".into())
+            }
+            "train_step_w64_d3_b500_f32_ms" => time(
+                f,
+                cnf_bound32,
+                "f32 gemm rate: the step's product flops (4 forward solves' worth) / \
+                 gemm_f32_384x64x64_all_cores_gflops (= cnf_train_step_f32_gemm_bound_ms)"
+                    .into(),
+            ),
+            "gemm_f32_384x64x64_all_cores_gflops" => {
+                f.limit_source = Some(
+                    "is the limit: f32 gemm of one chunk's layer product, every core at once"
+                        .into(),
+                )
+            }
+            "cnf_train_step_f32_gemm_bound_ms" => {
+                f.limit_source = Some("is the train_step_w64_d3_b500_f32_ms limit".into())
             }
             "radam_allocs_per_step" => f.limit_source = Some("ideal: 0".into()),
             "ode_lv_tsit5_1e-8_us" => {
@@ -1025,7 +1043,8 @@ pub const CNF_STEP_PER_FORWARD: f64 = 1.0 + 1.0 + 2.0;
 /// the f64 gemm rate of one chunk's `384 x 64 x 64` layer product run on every core at once,
 /// measured in the same run (the step cuts the batch into [`crate::cnf::flow::GRAD_CHUNK`]
 /// chunks, one core each). The step's products are [`CNF_STEP_PER_FORWARD`] forward solves'
-/// worth.
+/// worth. The same step trained in f32 (`train_step_w64_d3_b500_f32_ms`) has its own limit:
+/// the same flops at the f32 rate of the same product, measured in the same run.
 fn cnf(quick: bool) -> Result<Vec<Figure>> {
     use crate::cnf::data::Dataset;
     use crate::cnf::train::{TrainConfig, Trainer};
@@ -1037,32 +1056,25 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
         ..CnfConfig::default()
     };
     let tc = TrainConfig::default();
-    let mut trainer = Trainer::new(cfg, tc, Dataset::TwoMoons)?;
-    let state = trainer.init()?;
     let reps = if quick { 2 } else { 7 };
-    let mut err = None;
-    // warm-up (the trace) then median of steps from the same state
-    trainer.step(&state)?;
-    let step_s = median_seconds(reps, || {
-        if let Err(e) = trainer.step(&state) {
-            err = Some(e);
-        }
-    });
-    if let Some(e) = err {
-        return Err(e.into());
-    }
-    let params = trainer.params_of(&state)?;
+    let gemm_reps = if quick { 50 } else { 400 };
+    let step_s = cnf_train_step_seconds::<f64>(cfg, tc, reps)?;
+    let step32_s = cnf_train_step_seconds::<f32>(cfg, tc, reps)?;
+    let trainer = Trainer::new(cfg, tc, Dataset::TwoMoons)?;
+    let params = trainer.params_of(&trainer.init()?)?;
     let mut batch = vec![0.0; tc.batch * 2];
     trainer.batch_of(0, &mut batch);
     let fwd_s = median_seconds(reps, || {
         let _ = crate::cnf::flow::log_likelihood(&params, &batch, None);
     });
-    let gflops = cnf_chunk_gemm_gflops(&cfg, if quick { 50 } else { 400 });
+    let gflops = cnf_chunk_gemm_gflops::<f64>(&cfg, gemm_reps);
+    let gflops32 = cnf_chunk_gemm_gflops::<f32>(&cfg, gemm_reps);
     let steps = ((cfg.t1 - cfg.t0) / cfg.dt0).round();
     let evals = steps * 6.0 + 1.0; // Tsit5 with FSAL
     let fwd_flops = 2.0 * evals * cnf_eval_macs(&cfg, tc.batch);
     let step_flops = fwd_flops * CNF_STEP_PER_FORWARD;
     let ideal_ms = step_flops / (gflops * 1e9) * 1e3;
+    let ideal32_ms = step_flops / (gflops32 * 1e9) * 1e3;
     Ok(vec![
         fig("train_step_w64_d3_b500_ms", step_s * 1e3, "ms"),
         fig("cnf_loglik_b500_ms", fwd_s * 1e3, "ms"),
@@ -1073,14 +1085,56 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
             ideal_ms / (step_s * 1e3),
             "ratio",
         ),
+        fig("train_step_w64_d3_b500_f32_ms", step32_s * 1e3, "ms"),
+        fig("gemm_f32_384x64x64_all_cores_gflops", gflops32, "GFLOP/s"),
+        fig("cnf_train_step_f32_gemm_bound_ms", ideal32_ms, "ms"),
+        fig(
+            "train_step_f32_vs_gemm_bound",
+            ideal32_ms / (step32_s * 1e3),
+            "ratio",
+        ),
     ])
 }
 
-/// The f64 gemm rate (GFLOP/s, all threads together) of one CNF chunk's dominant product,
-/// `(1 + d) GRAD_CHUNK x width x width` for the field of `cfg`, with every rayon thread running
-/// `reps` products of its own at once, as the chunks of a step do: the median of 3 rounds after
-/// a warm-up round.
-pub fn cnf_chunk_gemm_gflops(cfg: &crate::cnf::CnfConfig, reps: usize) -> f64 {
+/// Seconds of one CNF training step in `A` (f32 or f64) for `cfg` and `tc` on two-moons: one
+/// warm-up step (the trace), then the median of `reps` steps from the same state.
+fn cnf_train_step_seconds<A: crate::backend::Real>(
+    cfg: crate::cnf::CnfConfig,
+    tc: crate::cnf::train::TrainConfig,
+    reps: usize,
+) -> Result<f64> {
+    use crate::cnf::data::Dataset;
+    use crate::cnf::train::Trainer;
+    let mut trainer = Trainer::<A>::typed(cfg, tc, Dataset::TwoMoons)?;
+    let state = trainer.init()?;
+    let mut err = None;
+    trainer.step(&state)?;
+    let step_s = median_seconds(reps, || {
+        if let Err(e) = trainer.step(&state) {
+            err = Some(e);
+        }
+    });
+    match err {
+        Some(e) => Err(e.into()),
+        None => Ok(step_s),
+    }
+}
+
+/// The gemm rate in `A` (f32 or f64; GFLOP/s, all threads together) of one CNF chunk's
+/// dominant product, `(1 + d) GRAD_CHUNK x width x width` for the field of `cfg`, with every
+/// rayon thread running `reps` products of its own at once, as the chunks of a step do: the
+/// median of 3 rounds after a warm-up round.
+///
+/// ```
+/// use harness::bench::cnf_chunk_gemm_gflops;
+/// let cfg = harness::cnf::CnfConfig { width: 8, ..Default::default() };
+/// assert!(cnf_chunk_gemm_gflops::<f32>(&cfg, 1) > 0.0);
+/// assert!(cnf_chunk_gemm_gflops::<f64>(&cfg, 1) > 0.0);
+/// ```
+pub fn cnf_chunk_gemm_gflops<A: crate::backend::Real>(
+    cfg: &crate::cnf::CnfConfig,
+    reps: usize,
+) -> f64 {
     use crate::backend::{gemm_into, Operand};
     let (m, k, n) = (
         (1 + cfg.tangents()) * crate::cnf::flow::GRAD_CHUNK,
@@ -1089,9 +1143,13 @@ pub fn cnf_chunk_gemm_gflops(cfg: &crate::cnf::CnfConfig, reps: usize) -> f64 {
     );
     let reps = reps.max(1);
     let run = || {
-        let a: Vec<f64> = (0..m * k).map(|i| (i % 7) as f64 * 0.1).collect();
-        let b: Vec<f64> = (0..k * n).map(|i| (i % 5) as f64 * 0.1).collect();
-        let mut c = vec![0.0; m * n];
+        let a: Vec<A> = (0..m * k)
+            .map(|i| A::of_f64((i % 7) as f64 * 0.1))
+            .collect();
+        let b: Vec<A> = (0..k * n)
+            .map(|i| A::of_f64((i % 5) as f64 * 0.1))
+            .collect();
+        let mut c = vec![A::zero(); m * n];
         let op = |data, rs| Operand {
             data,
             offset: 0,
@@ -1188,6 +1246,34 @@ mod tests {
         // within 5% of the limit: a figure, not a broken limit
         assert_eq!(f[2].ratio, Some(20.9 / 20.0));
         assert!(!f[2].limit_source.as_deref().unwrap().contains("BROKEN"));
+    }
+
+    #[test]
+    fn the_f32_cnf_step_is_held_to_its_own_f32_gemm_bound() {
+        let mut f = vec![
+            fig("cnf_train_step_gemm_bound_ms", 90.0, "ms"),
+            fig("train_step_w64_d3_b500_ms", 120.0, "ms"),
+            fig("cnf_train_step_f32_gemm_bound_ms", 40.0, "ms"),
+            fig("train_step_w64_d3_b500_f32_ms", 80.0, "ms"),
+        ];
+        attach_limits(&mut f);
+        // a time: bound / measured, each step against the bound of its own dtype
+        assert_eq!((f[1].limit, f[1].ratio), (Some(90.0), Some(0.75)));
+        assert_eq!((f[3].limit, f[3].ratio), (Some(40.0), Some(0.5)));
+        let why = f[3].limit_source.as_deref().unwrap();
+        assert!(why.contains("gemm_f32_384x64x64_all_cores_gflops"), "{why}");
+        // a step faster than its bound: the bound is reported broken, not printed
+        let mut g = vec![
+            fig("cnf_train_step_f32_gemm_bound_ms", 40.0, "ms"),
+            fig("train_step_w64_d3_b500_f32_ms", 30.0, "ms"),
+        ];
+        attach_limits(&mut g);
+        assert_eq!(g[1].ratio, None);
+        let why = g[1].limit_source.as_deref().unwrap();
+        assert!(
+            why.starts_with("BROKEN LIMIT: the figure reaches 1.333"),
+            "{why}"
+        );
     }
 
     #[test]

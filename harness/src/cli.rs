@@ -158,6 +158,9 @@ enum Cmd {
         /// Checkpointed gradients (diffrax's default budget) instead of the full tape.
         #[arg(long)]
         checkpoint: bool,
+        /// Float type the flow is trained in: f32 or f64.
+        #[arg(long, default_value = "f64")]
+        dtype: String,
         /// Memory budget in bytes (K/M/G/T suffixes); a larger estimate is refused before any
         /// allocation (default: HARNESS_MAX_MEMORY, else half of the available memory).
         #[arg(long, value_name = "BYTES")]
@@ -392,6 +395,7 @@ where
             seed,
             hutchinson,
             checkpoint,
+            dtype,
             max_memory,
         } => train_cnf(TrainArgs {
             steps,
@@ -406,6 +410,7 @@ where
             seed,
             hutchinson,
             checkpoint,
+            dtype,
             max_memory,
         }),
         Cmd::Upstream {
@@ -1031,10 +1036,21 @@ struct TrainArgs {
     seed: u64,
     hutchinson: bool,
     checkpoint: bool,
+    dtype: String,
     max_memory: Option<String>,
 }
 
+/// `train-cnf`: the one place its `--dtype` picks the float type the trainer computes in.
 fn train_cnf(a: TrainArgs) -> Outcome {
+    use crate::backend::DType;
+    match DType::parse(&a.dtype) {
+        Some(DType::F32) => train_cnf_in::<f32>(a),
+        Some(DType::F64) => train_cnf_in::<f64>(a),
+        _ => Err(Usage(format!("--dtype {:?}: expected f32 or f64", a.dtype))),
+    }
+}
+
+fn train_cnf_in<A: crate::backend::Real>(a: TrainArgs) -> Outcome {
     use crate::cnf::data::Dataset;
     use crate::cnf::train::{TrainConfig, Trainer};
     use crate::cnf::{CnfConfig, Probe, TraceEstimator};
@@ -1090,7 +1106,8 @@ fn train_cnf(a: TrainArgs) -> Outcome {
         )
         .map_err(Usage)?;
     let data = Dataset::parse(&a.data).map_err(|e| Usage(format!("--data: {e}")))?;
-    let mut trainer = Trainer::new(cfg, tc, data).map_err(|e| Usage(format!("train-cnf: {e}")))?;
+    let mut trainer =
+        Trainer::<A>::typed(cfg, tc, data).map_err(|e| Usage(format!("train-cnf: {e}")))?;
     let state = trainer
         .init()
         .map_err(|e| Usage(format!("train-cnf: {e}")))?;
@@ -1129,11 +1146,14 @@ fn train_cnf(a: TrainArgs) -> Outcome {
         report.seconds_per_step
     );
     if let Some(path) = &a.svg {
+        // the plot in f64: the trained weights and the data points widened (exact)
         let params = trainer
             .params_of(&state)
-            .map_err(|e| Usage(format!("train-cnf: {e}")))?;
-        let mut pts = vec![0.0; 2 * 1000];
-        trainer.batch_of(u64::MAX, &mut pts);
+            .map_err(|e| Usage(format!("train-cnf: {e}")))?
+            .cast::<f64>();
+        let mut drawn = vec![A::zero(); 2 * 1000];
+        trainer.batch_of(u64::MAX, &mut drawn);
+        let pts: Vec<f64> = drawn.iter().map(|v| v.as_f64()).collect();
         let pairs: Vec<(f64, f64)> = pts.chunks(2).map(|p| (p[0], p[1])).collect();
         // a square window around the data with a 15% margin
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);

@@ -183,6 +183,34 @@ pub const CNF_MANUAL_VJP: Tol = Tol {
     atol: 1e-11,
 };
 
+/// The CNF training loss and its gradient ([`crate::cnf::flow::loss_and_grad`]) computed in
+/// `dtype` vs the same computation in f64 on the same weights, batch and probes (the
+/// `dtype`-rounded values, so that only the arithmetic differs); gradient entries are compared
+/// against their block's largest entry (as [`CNF_MANUAL_VJP`]).
+///
+/// Derivation (f32): every operation rounds with unit roundoff `u = 2^-24 ~ 6e-8`. A gradient
+/// entry is a sum over the reverse sweep of `~ 10 steps x 6 stages x 4 layers` contributions,
+/// each the end of a path of `~ 64`-term products through the layers: `~ 2e4` roundings on a
+/// path, as in [`CNF_MANUAL_VJP`]. Their errors are independent in sign and add like a random
+/// walk, `sqrt(2e4) u ~ 8.5e-6` of the block's scale. Hence `rtol = 2e-4`, a factor of 20
+/// above that estimate (the worst case, `2e4 u ~ 1.2e-3` with every rounding in one
+/// direction, is not what rounding to nearest does over a path this long), and `atol = 1e-6`
+/// for entries and losses near 0 (the loss is `O(1)`; its own f32 rounding is `~ 2e-7`).
+/// Observed: worst 1.4e-5 relative to the block's largest entry for the gradient and 4.5e-7
+/// relative for the loss over 400 generated cases (exact and Hutchinson, one chunk and
+/// several). A wrong term (the trace cotangent dropped) misses by 3.6e-4 to O(1) of the
+/// block's scale on the same cases. f64 against itself is the same computation, bit for bit;
+/// f16 is not a CNF dtype and gets [`for_dtype`]'s.
+pub fn cnf_loss_grad(dtype: DType) -> Tol {
+    match dtype {
+        DType::F32 => Tol {
+            rtol: 2e-4,
+            atol: 1e-6,
+        },
+        d => for_dtype(d),
+    }
+}
+
 /// The CNF block field `[f; trace]` (f64) computed by the fast hand-written forward
 /// ([`crate::cnf::field`]) vs its dfdx face on the tape ([`crate::cnf::flow::TapedField`]), at
 /// one point. One evaluation is at most `4` layers of `<= 9`-term sums plus the tangent products

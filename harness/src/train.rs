@@ -1,6 +1,7 @@
 //! Training runs as the CLI and the report show them: [`train_for`] steps a CNF trainer and
 //! records the loss and live bytes, [`density_grid`] evaluates the learned density for a plot.
 
+use crate::backend::Real;
 use crate::cnf::train::TrainState;
 use crate::cnf::{CnfConfig, CnfParams, TraceEstimator};
 use crate::laws::cnf::TrainSubject;
@@ -19,13 +20,14 @@ pub struct TrainReport {
 }
 
 /// Train for `steps` steps from `state`, calling `progress(step, loss)` after each; returns the
-/// report and the final state.
-pub fn train_for(
-    trainer: &mut dyn TrainSubject,
-    mut state: TrainState,
+/// report and the final state. The trainer computes in `A` (f32 or f64); losses are reported in
+/// f64.
+pub fn train_for<A: Real>(
+    trainer: &mut dyn TrainSubject<A>,
+    mut state: TrainState<A>,
     steps: usize,
     mut progress: impl FnMut(usize, f64),
-) -> Result<(TrainReport, TrainState)> {
+) -> Result<(TrainReport, TrainState<A>)> {
     // grows with the steps actually taken (a huge request must not reserve its whole history)
     let mut loss = Vec::with_capacity(steps.min(1 << 16));
     let mut live_first = 0;

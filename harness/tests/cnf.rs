@@ -440,3 +440,134 @@ fn train_for_reports_each_step_loss_and_a_time_per_step_within_the_wall_time() {
     let (r0, _) = train_for(&mut t, s, 0, |_, _| panic!("no step ran")).unwrap();
     assert_eq!((r0.steps, r0.loss.len(), r0.seconds_per_step), (0, 0, 0.0));
 }
+
+// ----------------------------------------------------------------------------------------------
+// Training in f32.
+
+#[test]
+fn f32_loss_and_grad_match_f64_within_the_f32_tolerance() {
+    // generated cases: exact and Hutchinson traces, one chunk and several
+    harness::laws::check_property(
+        "cnf_f32_loss_grad_matches_f64",
+        24,
+        harness::laws::DEFAULT_SEED,
+        vjp_case(),
+        |c| f32_loss_grad_matches_f64_with(c, flow::loss_and_grad),
+    )
+    .unwrap();
+    // the tolerance is the f32 one of the one table, and tighter than the f16 rule
+    let tol = harness::tolerance::cnf_loss_grad(harness::backend::DType::F32);
+    assert!(tol.rtol < harness::tolerance::for_dtype(harness::backend::DType::F16).rtol);
+}
+
+#[test]
+fn f32_check_fails_on_a_detached_trace_with_a_small_counterexample() {
+    // a fixed small case: the f32 gradient without the trace's cotangent misses the f64 one
+    let c = VjpCase {
+        model: small_model(),
+        tiles: 1,
+        hutchinson: false,
+    };
+    assert!(f32_loss_grad_matches_f64_with(&c, flow::loss_and_grad).is_ok());
+    let err =
+        f32_loss_grad_matches_f64_with(&c, cnf_flow::loss_and_grad_detached_trace).unwrap_err();
+    assert!(err.contains(", f64 "), "{err}");
+    // the property runner finds it on generated cases and shrinks it to a small model
+    let err = harness::laws::check_property(
+        "cnf_f32_loss_grad_matches_f64",
+        24,
+        harness::laws::DEFAULT_SEED,
+        vjp_case(),
+        |c| f32_loss_grad_matches_f64_with(c, cnf_flow::loss_and_grad_detached_trace),
+    )
+    .unwrap_err();
+    let width = err
+        .split("width: ")
+        .nth(1)
+        .and_then(|s| s.split(|ch: char| !ch.is_ascii_digit()).next())
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or_else(|| panic!("no width in the counterexample: {err}"));
+    assert!(width <= 2, "counterexample not shrunk: {err}");
+}
+
+#[test]
+fn f32_hand_vjp_matches_the_tape_within_the_f32_tolerance() {
+    // The tape is f64: on it each step's cotangents are computed from the f32 states and
+    // rounded to f32, so the two f32 gradients differ by f32 rounding, not by a formula.
+    for hutchinson in [false, true] {
+        let c = VjpCase {
+            model: small_model(),
+            tiles: 2,
+            hutchinson,
+        };
+        let (p, x, probes) = c.inputs();
+        let p32 = p.cast::<f32>();
+        let narrow = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+        let (x, probes) = (narrow(&x), probes.as_deref().map(narrow));
+        let mode = GradMode::FullTape;
+        let hand = flow::loss_and_grad(&p32, &x, probes.as_deref(), mode).unwrap();
+        let tape = flow::loss_and_grad_on_tape(&p32, &x, probes.as_deref(), mode).unwrap();
+        let tol = harness::tolerance::cnf_loss_grad(harness::backend::DType::F32);
+        assert!(tol.close(hand.loss as f64, tape.loss as f64));
+        for (h, t) in hand.grads.iter().zip(&tape.grads) {
+            let scale = t.iter().fold(0.0f32, |m, v| m.max(v.abs())) as f64;
+            for (&a, &b) in h.iter().zip(t) {
+                let (a, b) = (a as f64, b as f64);
+                assert!(
+                    (a - b).abs() <= tol.atol + tol.rtol * scale.max(b.abs()),
+                    "hand {a:e}, tape {b:e}, scale {scale:e}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_training_is_bitwise_identical_on_one_and_two_threads_and_for_the_same_seed() {
+    use harness::cnf::data::Dataset;
+    use harness::cnf::train::{TrainConfig, Trainer};
+    // batch 300: three chunks of the parallel split; Hutchinson probes and checkpointing
+    let cfg = CnfConfig {
+        width: 8,
+        depth: 2,
+        blocks: 2,
+        trace: TraceEstimator::Hutchinson(Probe::Gaussian),
+        ..CnfConfig::default()
+    };
+    let tc = TrainConfig {
+        batch: 300,
+        seed: 3,
+        grad: GradMode::Checkpointed { checkpoints: None },
+        ..TrainConfig::default()
+    };
+    let run = |threads| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut t = Trainer::<f32>::typed(cfg, tc, Dataset::TwoMoons).unwrap();
+            let mut s = t.init().unwrap();
+            let mut losses = vec![];
+            for _ in 0..3 {
+                let (n, l) = t.step(&s).unwrap();
+                s = n;
+                losses.push(l.to_bits());
+            }
+            assert_eq!(t.traces(), 1);
+            (losses, s.params)
+        })
+    };
+    let (l1, p1) = run(1);
+    let (l2, p2) = run(2);
+    let (l2b, p2b) = run(2);
+    assert_eq!(l1, l2);
+    harness::laws::bitwise_equal("f32 params, 1 vs 2 threads", &p1, &p2).unwrap();
+    assert_eq!(l2, l2b);
+    harness::laws::bitwise_equal("f32 params, same seed", &p2, &p2b).unwrap();
+    // the f32 losses track the f64 ones of the same seed (the weights start from the same draws)
+    let mut t64 = Trainer::new(cfg, tc, Dataset::TwoMoons).unwrap();
+    let l64 = t64.step(&t64.init().unwrap()).unwrap().1;
+    let l32 = f64::from_bits(l1[0]);
+    assert!((l32 - l64).abs() < 1e-4 * l64.abs(), "{l32} vs {l64}");
+}

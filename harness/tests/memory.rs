@@ -332,6 +332,35 @@ fn cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows() {
     println!("  cnf-static-step: {err}; live bytes after steps 1..4: {live:?}");
 }
 
+/// The trace-count law on the f32 trainer: generated cases trace once with flat memory, and
+/// the static-step mutant in f32 is caught with two steps.
+fn cnf_f32_training_traces_once_and_memory_stays_flat() {
+    use harness::laws::cnf::{
+        train_case, train_trace_once_with, typed_reference_trainer, TrainCase,
+    };
+    use harness::mutants::cnf_static_step::typed_subject;
+    let _g = harness::probe::exclusive();
+    harness::laws::check_property(
+        "cnf_train_trace_once_f32",
+        8,
+        harness::laws::DEFAULT_SEED,
+        train_case(),
+        |c| train_trace_once_with::<f32>(c, &typed_reference_trainer),
+    )
+    .unwrap();
+    let c = TrainCase {
+        steps: 2,
+        seed: 0,
+        width: 2,
+        batch: 4,
+        hutchinson: false,
+        checkpointed: false,
+    };
+    train_trace_once_with::<f32>(&c, &typed_reference_trainer).unwrap();
+    let err = train_trace_once_with::<f32>(&c, &typed_subject).unwrap_err();
+    assert!(err.contains("traced 2 times"), "{err}");
+}
+
 /// The binomial schedule's figures (Tsit5 and Midpoint, 32-dim state, n = 100, 400, 1600,
 /// c = ceil(sqrt n)); the law fails on a checkpointed form that stores every state, and on the
 /// two-level uniform schedule it replaced (`c + ceil(n/c) - 1` states).
@@ -367,7 +396,7 @@ fn ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound() {
 }
 
 fn main() {
-    let tests: [(&str, fn()); 18] = [
+    let tests: [(&str, fn()); 19] = [
         (
             "this_thread_measurement_ignores_another_threads_free",
             this_thread_measurement_ignores_another_threads_free,
@@ -439,6 +468,10 @@ fn main() {
         (
             "cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows",
             cnf_static_step_mutant_is_caught_with_two_steps_and_its_memory_grows,
+        ),
+        (
+            "cnf_f32_training_traces_once_and_memory_stays_flat",
+            cnf_f32_training_traces_once_and_memory_stays_flat,
         ),
     ];
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -430,7 +430,7 @@ fn cnf(plan: &Plan) -> Result<ScalingKernel> {
         blocks: 1,
         ..CnfConfig::default()
     };
-    let gflops = super::cnf_chunk_gemm_gflops(&cfg, plan.cnf_gemm_reps);
+    let gflops = super::cnf_chunk_gemm_gflops::<f64>(&cfg, plan.cnf_gemm_reps);
     let params = CnfParams::<f64>::init(cfg, 3)?;
     let steps = ((cfg.t1 - cfg.t0) / cfg.dt0).round();
     let evals = steps * 6.0 + 1.0; // Tsit5 with FSAL

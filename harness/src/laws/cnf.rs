@@ -6,6 +6,7 @@
 //! counter) and watch the verdicts fail.
 
 use super::{check_property, Family, Law};
+use crate::backend::Real;
 use crate::cnf::data::Dataset;
 use crate::cnf::field::{BlockField, Tangents};
 use crate::cnf::flow::{self, TapedField};
@@ -421,13 +422,12 @@ pub fn hutchinson_unbiased_with(c: &ModelCase, probes: [ProbeGen; 2]) -> Result<
 // ----------------------------------------------------------------------------------------------
 // Loss gradients.
 
-/// A loss-and-gradient under test (the signature of [`flow::loss_and_grad`]).
-pub type LossGradFn = fn(
-    &CnfParams<f64>,
-    &[f64],
-    Option<&[f64]>,
-    GradMode,
-) -> crate::reference::Result<flow::LossGrad>;
+/// A loss-and-gradient under test computing in `A` (the signature of [`flow::loss_and_grad`]).
+pub type TypedLossGradFn<A> =
+    fn(&CnfParams<A>, &[A], Option<&[A]>, GradMode) -> crate::reference::Result<flow::LossGrad<A>>;
+
+/// A loss-and-gradient under test in f64.
+pub type LossGradFn = TypedLossGradFn<f64>;
 
 /// Parameters checked per block (spread over every layer).
 pub const FD_PARAMS_PER_BLOCK: usize = 24;
@@ -530,25 +530,76 @@ pub fn hand_vjp_matches_tape_with(c: &VjpCase, hand: LossGradFn) -> Result<(), S
     let got = hand(&p, &x, probes.as_deref(), mode).map_err(|e| e.to_string())?;
     let want =
         flow::loss_and_grad_on_tape(&p, &x, probes.as_deref(), mode).map_err(|e| e.to_string())?;
-    let tol = tolerance::CNF_MANUAL_VJP;
-    if !tol.close(got.loss, want.loss) {
-        return Err(format!(
-            "loss {:.15e}, on the tape {:.15e}",
-            got.loss, want.loss
-        ));
+    loss_grad_close(
+        &got,
+        &want,
+        tolerance::CNF_MANUAL_VJP,
+        ("hand-written VJP", "on the tape"),
+    )
+}
+
+/// `got` is within `tol` of `want`: the loss by [`tolerance::Tol::close`], each gradient entry
+/// scale-aware, `|g - w| <= atol + rtol max(s_b, |w|)` with `s_b` the largest `|w|` of its block
+/// (a gradient entry's rounding error follows the block's scale, not its own size). `names`
+/// label the two sides in the message.
+fn loss_grad_close<A: Real>(
+    got: &flow::LossGrad<A>,
+    want: &flow::LossGrad<f64>,
+    tol: tolerance::Tol,
+    (gname, wname): (&str, &str),
+) -> Result<(), String> {
+    let loss = got.loss.as_f64();
+    if !tol.close(loss, want.loss) {
+        return Err(format!("loss {loss:.15e}, {wname} {:.15e}", want.loss));
     }
     for (b, (g, w)) in got.grads.iter().zip(&want.grads).enumerate() {
-        // scale-aware: compare against the block gradient's largest entry
         let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        for (i, (&gi, &wi)) in g.iter().zip(w).enumerate() {
+        for (i, (gi, &wi)) in g.iter().zip(w).enumerate() {
+            let gi = gi.as_f64();
             if (gi - wi).abs() > tol.atol + tol.rtol * scale.max(wi.abs()) {
                 return Err(format!(
-                    "block {b} parameter {i}: hand-written VJP {gi:.15e}, on the tape {wi:.15e}"
+                    "block {b} parameter {i}: {gname} {gi:.15e}, {wname} {wi:.15e}"
                 ));
             }
         }
     }
     Ok(())
+}
+
+/// The values of `v` rounded to f32 and widened back (exact), so that an f32 and an f64
+/// computation start from the same numbers.
+fn f32_grid(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|&x| x as f32 as f64).collect()
+}
+
+/// The loss and `dL/dtheta` computed in f32 (`lg32`) match [`flow::loss_and_grad`] in f64 on
+/// the same weights, batch and probes (the case's, rounded to f32 so that both sides start
+/// from the same numbers: only the arithmetic differs) within
+/// [`tolerance::cnf_loss_grad`]`(F32)`, exact and Hutchinson traces, one chunk and several.
+pub fn f32_loss_grad_matches_f64_with(
+    c: &VjpCase,
+    lg32: TypedLossGradFn<f32>,
+) -> Result<(), String> {
+    let (p, x, probes) = c.inputs();
+    let p32 = p.cast::<f32>();
+    let (x, probes) = (f32_grid(&x), probes.as_deref().map(f32_grid));
+    let narrow = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+    let mode = GradMode::FullTape;
+    let want = flow::loss_and_grad(&p32.cast::<f64>(), &x, probes.as_deref(), mode)
+        .map_err(|e| e.to_string())?;
+    let got = lg32(
+        &p32,
+        &narrow(&x),
+        probes.as_deref().map(narrow).as_deref(),
+        mode,
+    )
+    .map_err(|e| e.to_string())?;
+    loss_grad_close(
+        &got,
+        &want,
+        tolerance::cnf_loss_grad(crate::backend::DType::F32),
+        ("f32", "f64"),
+    )
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -587,23 +638,23 @@ pub fn train_case() -> impl Strategy<Value = TrainCase> {
 }
 
 /// What the training laws step: the reference [`Trainer`], or code that stages the same step
-/// differently.
-pub trait TrainSubject {
+/// differently, training in `A` (f32 or f64; f64 unless named).
+pub trait TrainSubject<A: Real = f64> {
     /// Fresh state.
-    fn init(&self) -> crate::reference::Result<TrainState>;
+    fn init(&self) -> crate::reference::Result<TrainState<A>>;
     /// One step: `(new state, loss before the update)`.
-    fn step(&mut self, state: &TrainState) -> crate::reference::Result<(TrainState, f64)>;
+    fn step(&mut self, state: &TrainState<A>) -> crate::reference::Result<(TrainState<A>, f64)>;
     /// Traces (specialisations) so far.
     fn traces(&self) -> usize;
     /// Plans (compiled steps) the subject holds now.
     fn plans(&self) -> usize;
 }
 
-impl TrainSubject for Trainer {
-    fn init(&self) -> crate::reference::Result<TrainState> {
+impl<A: Real> TrainSubject<A> for Trainer<A> {
+    fn init(&self) -> crate::reference::Result<TrainState<A>> {
         Trainer::init(self)
     }
-    fn step(&mut self, state: &TrainState) -> crate::reference::Result<(TrainState, f64)> {
+    fn step(&mut self, state: &TrainState<A>) -> crate::reference::Result<(TrainState<A>, f64)> {
         Trainer::step(self, state)
     }
     fn traces(&self) -> usize {
@@ -614,16 +665,27 @@ impl TrainSubject for Trainer {
     }
 }
 
-/// Makes the training subject of a case from the reference trainer of the case.
-pub type MakeTrainSubject<'a> = &'a (dyn Fn(Trainer) -> Box<dyn TrainSubject> + Sync);
+/// Makes the training subject of a case from the reference trainer of the case (in `A`).
+pub type MakeTrainSubject<'a, A = f64> =
+    &'a (dyn Fn(Trainer<A>) -> Box<dyn TrainSubject<A>> + Sync);
 
-/// The reference trainer as it is.
+/// The reference f64 trainer as it is ([`typed_reference_trainer`] at f64).
 pub fn reference_trainer(t: Trainer) -> Box<dyn TrainSubject> {
+    typed_reference_trainer(t)
+}
+
+/// The reference trainer in `A` as it is.
+pub fn typed_reference_trainer<A: Real>(t: Trainer<A>) -> Box<dyn TrainSubject<A>> {
     Box::new(t)
 }
 
-/// Build the reference trainer of a case.
+/// Build the reference f64 trainer of a case ([`typed_trainer_for`] at f64).
 pub fn trainer_for(c: &TrainCase) -> crate::reference::Result<Trainer> {
+    typed_trainer_for(c)
+}
+
+/// Build the reference trainer of a case, training in `A` (f32 or f64).
+pub fn typed_trainer_for<A: Real>(c: &TrainCase) -> crate::reference::Result<Trainer<A>> {
     let cfg = CnfConfig {
         width: c.width,
         depth: 1,
@@ -645,7 +707,7 @@ pub fn trainer_for(c: &TrainCase) -> crate::reference::Result<Trainer> {
         },
         ..TrainConfig::default()
     };
-    Trainer::new(cfg, tc, Dataset::TwoMoons)
+    Trainer::typed(cfg, tc, Dataset::TwoMoons)
 }
 
 /// `steps` training steps trace once, and live bytes after the last step equal those after
@@ -655,7 +717,12 @@ pub fn trainer_for(c: &TrainCase) -> crate::reference::Result<Trainer> {
 /// worker allocates the first time it takes part in a product, and on a loaded machine a worker
 /// may first take part at any step — a one-time cost per thread, not growth per step, that would
 /// otherwise make the measurement flaky. (Results do not depend on the thread count: tested.)
-pub fn train_trace_once_with(c: &TrainCase, subject: MakeTrainSubject) -> Result<(), String> {
+///
+/// Generic over the subject's arithmetic type `A`: the same law on the f32 and the f64 trainer.
+pub fn train_trace_once_with<A: Real>(
+    c: &TrainCase,
+    subject: MakeTrainSubject<'_, A>,
+) -> Result<(), String> {
     measurement_pool().install(|| train_trace_once_on_this_pool(c, subject))
 }
 
@@ -672,9 +739,12 @@ pub fn measurement_pool() -> &'static rayon::ThreadPool {
     })
 }
 
-fn train_trace_once_on_this_pool(c: &TrainCase, subject: MakeTrainSubject) -> Result<(), String> {
-    let mut trainer = subject(trainer_for(c).map_err(|e| e.to_string())?);
-    let mut state: TrainState = trainer.init().map_err(|e| e.to_string())?;
+fn train_trace_once_on_this_pool<A: Real>(
+    c: &TrainCase,
+    subject: MakeTrainSubject<'_, A>,
+) -> Result<(), String> {
+    let mut trainer = subject(typed_trainer_for(c).map_err(|e| e.to_string())?);
+    let mut state: TrainState<A> = trainer.init().map_err(|e| e.to_string())?;
     let mut live_first = 0;
     for i in 0..c.steps {
         let (next, loss) = trainer.step(&state).map_err(|e| e.to_string())?;

@@ -13,7 +13,7 @@
 //!   gives): `d tr / d theta` lost (caught by the loss gradient's finite differences and by the
 //!   hand-written VJP against the tape).
 
-use crate::backend::Taped;
+use crate::backend::{Real, Taped};
 use crate::cnf::flow::{self, LossGrad};
 use crate::cnf::{CnfParams, TrainBlock};
 use crate::ode::grad::{DiffField, GradMode, ManualVjp};
@@ -97,52 +97,45 @@ pub fn ll(bug: FlowBug) -> crate::laws::cnf::Ll {
 }
 
 /// A block field whose hand-written VJP ignores the cotangent of the trace (the last `n`
-/// components of the augmented state's derivative).
-pub struct DetachedTrace(pub TrainBlock);
+/// components of the augmented state's derivative), in `A` (f32 or f64).
+pub struct DetachedTrace<A: Real = f64>(pub TrainBlock<A>);
 
-impl DiffField for DetachedTrace {
+impl<A: Real> DiffField<A> for DetachedTrace<A> {
     fn dim(&self) -> usize {
         self.0.dim()
     }
-    fn theta(&self) -> Vec<f64> {
+    fn theta(&self) -> Vec<A> {
         self.0.theta()
     }
-    fn eval(&self, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]) {
+    fn eval(&self, t: A, y: &[A], theta: &[A], dy: &mut [A]) {
         self.0.eval(t, y, theta, dy)
     }
     fn eval_taped(&self, t: f64, y: Taped, theta: Taped) -> Taped {
         self.0.eval_taped(t, y, theta)
     }
-    fn manual_vjp(&self) -> Option<&dyn ManualVjp> {
+    fn manual_vjp(&self) -> Option<&dyn ManualVjp<A>> {
         Some(self)
     }
 }
 
-impl ManualVjp for DetachedTrace {
-    fn eval_kept(&self, slot: usize, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]) {
+impl<A: Real> ManualVjp<A> for DetachedTrace<A> {
+    fn eval_kept(&self, slot: usize, t: A, y: &[A], theta: &[A], dy: &mut [A]) {
         self.0.eval_kept(slot, t, y, theta, dy)
     }
-    fn vjp_kept(
-        &self,
-        slot: usize,
-        theta: &[f64],
-        fbar: &[f64],
-        ybar: &mut [f64],
-        thetabar: &mut [f64],
-    ) {
+    fn vjp_kept(&self, slot: usize, theta: &[A], fbar: &[A], ybar: &mut [A], thetabar: &mut [A]) {
         let nd = self.0.n * self.0.layout.data_size;
         let mut detached = fbar.to_vec();
-        detached[nd..].fill(0.0);
+        detached[nd..].fill(A::zero());
         self.0.vjp_kept(slot, theta, &detached, ybar, thetabar)
     }
 }
 
-/// [`flow::loss_and_grad`] with every block differentiated as [`DetachedTrace`].
-pub fn loss_and_grad_detached_trace(
-    params: &CnfParams<f64>,
-    x: &[f64],
-    probes: Option<&[f64]>,
+/// [`flow::loss_and_grad`] with every block differentiated as [`DetachedTrace`] (in `A`).
+pub fn loss_and_grad_detached_trace<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
     mode: GradMode,
-) -> Result<LossGrad> {
+) -> Result<LossGrad<A>> {
     flow::loss_and_grad_with(params, x, probes, mode, DetachedTrace)
 }

@@ -5,6 +5,7 @@
 //! plan; `cnf_train_trace_once` catches it with N = 2.
 
 use super::Mutant;
+use crate::backend::Real;
 use crate::cnf::train::{StepWorkspace, TrainState, Trainer};
 use crate::laws::cnf::{train_case, train_trace_once_with, TrainCase, TrainSubject};
 use crate::laws::{check_property, DEFAULT_SEED};
@@ -12,14 +13,16 @@ use crate::reference::Result;
 use crate::stage::{KeyHasher, Stage};
 use proptest::strategy::Strategy;
 
-/// The reference training step, staged with the step counter hashed into the static key.
-pub struct StaticStep {
-    trainer: Trainer,
-    stage: Stage<StepWorkspace>,
+/// The reference training step (in `A`, f32 or f64), staged with the step counter hashed into
+/// the static key.
+pub struct StaticStep<A: Real = f64> {
+    trainer: Trainer<A>,
+    stage: Stage<StepWorkspace<A>>,
 }
 
-impl StaticStep {
-    pub fn new(trainer: Trainer) -> Self {
+impl<A: Real> StaticStep<A> {
+    /// The mutant around `trainer`.
+    pub fn new(trainer: Trainer<A>) -> Self {
         Self {
             trainer,
             stage: Stage::new("cnf_train_step"),
@@ -27,11 +30,11 @@ impl StaticStep {
     }
 }
 
-impl TrainSubject for StaticStep {
-    fn init(&self) -> Result<TrainState> {
+impl<A: Real> TrainSubject<A> for StaticStep<A> {
+    fn init(&self) -> Result<TrainState<A>> {
         self.trainer.init()
     }
-    fn step(&mut self, state: &TrainState) -> Result<(TrainState, f64)> {
+    fn step(&mut self, state: &TrainState<A>) -> Result<(TrainState<A>, f64)> {
         let counter = state.step.data().first().copied().unwrap_or(0);
         // the Python int baked into the trace
         let key = KeyHasher::default()
@@ -50,8 +53,13 @@ impl TrainSubject for StaticStep {
     }
 }
 
-/// The mutant as the laws take it.
+/// The mutant as the laws take it (f64; [`typed_subject`] at f64).
 pub fn subject(trainer: Trainer) -> Box<dyn TrainSubject> {
+    typed_subject(trainer)
+}
+
+/// The mutant as the laws take it, in `A`.
+pub fn typed_subject<A: Real>(trainer: Trainer<A>) -> Box<dyn TrainSubject<A>> {
     Box::new(StaticStep::new(trainer))
 }
 

@@ -41,47 +41,48 @@
 
 use super::config::Layout;
 use super::field::{squash_all, Kept, Sbc};
-use crate::backend::{gemm_into, vectorised, Kernel, Operand};
+use crate::backend::{gemm_into, vectorised, Kernel, Operand, Real};
 
-/// Scratch buffers of the backward pass.
+/// Scratch buffers of the backward pass, in the arithmetic type `A` (f32 or f64).
 #[derive(Default)]
-pub struct BackScratch {
-    ubar: Vec<f64>,
-    hbar: Vec<f64>,
-    w1bar: Vec<f64>,
-    sbc: Sbc<f64>,
-    acc: Vec<f64>,
+pub struct BackScratch<A = f64> {
+    ubar: Vec<A>,
+    hbar: Vec<A>,
+    w1bar: Vec<A>,
+    sbc: Sbc<A>,
+    acc: Vec<A>,
 }
 
 /// The backward pass of the evaluation kept in `kept`: with `bar = [fbar (n x d), trbar (n)]`,
 /// writes `ybar = [(df/dy)^T fbar + (dtr/dy)^T trbar, 0]` (length `n (d + 1)`) and adds the
 /// parameter cotangent into `thbar`. Its element-wise loops are compiled for the CPU's widest
 /// vectors ([`vectorised`]; no fused multiply-add, sums in a fixed order: the bits of the
-/// portable build).
+/// portable build). Generic over the arithmetic type `A` (f32 or f64): the same loops in each,
+/// every value and every sum in `A`.
 #[allow(clippy::too_many_arguments)]
-pub fn backward(
+pub fn backward<A: Real>(
     layout: &Layout,
-    th: &[f64],
+    th: &[A],
     n: usize,
-    probes: Option<&[f64]>,
-    kept: &Kept<f64>,
-    bar: &[f64],
-    ybar: &mut [f64],
-    thbar: &mut [f64],
-    sc: &mut BackScratch,
+    probes: Option<&[A]>,
+    kept: &Kept<A>,
+    bar: &[A],
+    ybar: &mut [A],
+    thbar: &mut [A],
+    sc: &mut BackScratch<A>,
 ) {
-    struct Backward<'a> {
+    struct Backward<'a, A: Real> {
         layout: &'a Layout,
-        th: &'a [f64],
+        th: &'a [A],
         n: usize,
-        probes: Option<&'a [f64]>,
-        kept: &'a Kept<f64>,
-        bar: &'a [f64],
-        ybar: &'a mut [f64],
-        thbar: &'a mut [f64],
-        sc: &'a mut BackScratch,
+        probes: Option<&'a [A]>,
+        kept: &'a Kept<A>,
+        bar: &'a [A],
+        ybar: &'a mut [A],
+        thbar: &'a mut [A],
+        sc: &'a mut BackScratch<A>,
     }
-    impl Kernel for Backward<'_> {
+    impl<A: Real> Kernel for Backward<'_, A> {
         type Output = ();
         #[inline(always)]
         fn run(self) {
@@ -113,31 +114,32 @@ pub fn backward(
 
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn backward_body(
+fn backward_body<A: Real>(
     layout: &Layout,
-    th: &[f64],
+    th: &[A],
     n: usize,
-    probes: Option<&[f64]>,
-    kept: &Kept<f64>,
-    bar: &[f64],
-    ybar: &mut [f64],
-    thbar: &mut [f64],
-    sc: &mut BackScratch,
+    probes: Option<&[A]>,
+    kept: &Kept<A>,
+    bar: &[A],
+    ybar: &mut [A],
+    thbar: &mut [A],
+    sc: &mut BackScratch<A>,
 ) {
+    let (zero, one, two) = (A::zero(), A::one(), A::of_f64(2.0));
     let d = layout.data_size;
     let k = probes.map_or(d, |_| 1);
     let rows = (1 + k) * n;
     let t = kept.t;
     let nl = layout.layers.len();
     let wmax = layout.max_width();
-    sc.ubar.resize(rows * wmax, 0.0);
-    sc.hbar.resize(rows * wmax, 0.0);
-    sc.w1bar.resize(wmax * wmax, 0.0);
+    sc.ubar.resize(rows * wmax, zero);
+    sc.hbar.resize(rows * wmax, zero);
+    sc.w1bar.resize(wmax * wmax, zero);
     // Ubar of the last layer (width d)
     let (fbar, trbar) = bar.split_at(n * d);
     sc.ubar[..n * d].copy_from_slice(fbar);
     let tangent = &mut sc.ubar[n * d..rows * d];
-    tangent.fill(0.0);
+    tangent.fill(zero);
     match probes {
         None => {
             for q in 0..d {
@@ -164,7 +166,7 @@ fn backward_body(
         // sbar_j, cbar_j, b1bar_j (column sums), then Pbar = Ubar * s in place
         let acc = &mut sc.acc;
         acc.clear();
-        acc.resize(3 * wo, 0.0);
+        acc.resize(3 * wo, zero);
         let (sbar, rest) = acc.split_at_mut(wo);
         let (cbar, b1bar) = rest.split_at_mut(wo);
         let (up, ut) = ubar.split_at_mut(n * wo);
@@ -188,7 +190,7 @@ fn backward_body(
             }
         }
         for j in 0..wo {
-            let zbar = sbar[j] * sv[j] * (1.0 - sv[j]);
+            let zbar = sbar[j] * sv[j] * (one - sv[j]);
             thbar[l.b1 + j] += b1bar[j];
             thbar[l.w2 + j] += t * zbar;
             thbar[l.b2 + j] += zbar;
@@ -217,7 +219,7 @@ fn backward_body(
                 cs: 1,
             },
         );
-        for (acc, v) in thbar[l.w1..l.w1 + wo * inp].iter_mut().zip(w1bar.iter()) {
+        for (acc, &v) in thbar[l.w1..l.w1 + wo * inp].iter_mut().zip(w1bar.iter()) {
             *acc += v;
         }
         // Hbar = Pbar W1 (primal rows only at the first layer: the tangents there are constants)
@@ -244,7 +246,7 @@ fn backward_body(
         );
         if li == 0 {
             ybar[..n * d].copy_from_slice(&sc.hbar[..n * d]);
-            ybar[n * d..n * (d + 1)].fill(0.0);
+            ybar[n * d..n * (d + 1)].fill(zero);
             break;
         }
         // Through the nonlinearity of layer li - 1: H = [h'; g du_q], du_q = P_q s
@@ -256,7 +258,7 @@ fn backward_body(
         let hbar = &sc.hbar[..rows * inp];
         let gbar = &mut sc.acc;
         gbar.clear();
-        gbar.resize(n * inp, 0.0);
+        gbar.resize(n * inp, zero);
         // tangent rows: dubar_q = g dh'bar_q; gbar += du_q dh'bar_q
         for r in n..rows {
             let i = r % n;
@@ -271,7 +273,7 @@ fn backward_body(
             );
             for j in 0..inp {
                 gr[j] += pr[j] * sv[j] * hbr[j];
-                ur[j] = (1.0 - hr[j] * hr[j]) * hbr[j];
+                ur[j] = (one - hr[j] * hr[j]) * hbr[j];
             }
         }
         // primal rows: ubar = g (h'bar - 2 h' gbar)
@@ -282,7 +284,7 @@ fn backward_body(
                 &hbar[i * inp..(i + 1) * inp],
             );
             for j in 0..inp {
-                ur[j] = (1.0 - hr[j] * hr[j]) * (hbr[j] - 2.0 * hr[j] * gr[j]);
+                ur[j] = (one - hr[j] * hr[j]) * (hbr[j] - two * hr[j] * gr[j]);
             }
         }
     }

@@ -18,6 +18,7 @@
 //! diffrax `examples/continuous_normalising_flow.ipynb`; Netpbm PGM format specification.
 
 use super::random::{normal, uniform01};
+use crate::backend::Float;
 use crate::{Error, Result};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -66,6 +67,20 @@ impl Dataset {
 
     /// Samples `start .. start + n` of stream `key`, written as `n x 2` into `out`.
     pub fn sample_into(&self, key: u64, start: u64, out: &mut [f64]) {
+        self.sample_as(key, start, out)
+    }
+
+    /// [`Dataset::sample_into`] in any float type: each sample drawn in f64 and rounded once to
+    /// `E` (for f64, the same bits).
+    ///
+    /// ```
+    /// use harness_reference::cnf::data::Dataset;
+    /// let (mut wide, mut narrow) = ([0.0f64; 8], [0.0f32; 8]);
+    /// Dataset::TwoMoons.sample_into(7, 0, &mut wide);
+    /// Dataset::TwoMoons.sample_as(7, 0, &mut narrow);
+    /// assert!(wide.iter().zip(&narrow).all(|(&w, &n)| w as f32 == n));
+    /// ```
+    pub fn sample_as<E: Float>(&self, key: u64, start: u64, out: &mut [E]) {
         for (i, xy) in out.chunks_exact_mut(2).enumerate() {
             let base = (start + i as u64) * DRAWS_PER_SAMPLE;
             let u = |j: u64| uniform01(key, base + j);
@@ -91,8 +106,8 @@ impl Dataset {
                 }
                 Dataset::Image(im) => im.sample(u(0), u(1), u(2)),
             };
-            xy[0] = x;
-            xy[1] = y;
+            xy[0] = E::of_f64(x);
+            xy[1] = E::of_f64(y);
         }
     }
 }

@@ -9,7 +9,7 @@
 //!   discretise-then-optimise through [`crate::ode::grad`] (full tape or checkpointed), chaining
 //!   the blocks' vector-Jacobian products: the cotangent of the final state is
 //!   `dL/dy = y/n`, `dL/ddelta = -1/n`, and each block's `dL/dz(start)` is the next block's
-//!   cotangent.
+//!   cotangent. Like the forward pass it computes in the parameters' type (f32 or f64).
 //!
 //! Guarantees: a batch whose length is not a multiple of `data_size` is a
 //! [`crate::Error::ShapeMismatch`]; non-finite data or probes are
@@ -332,35 +332,51 @@ fn sample_chunk<A: Real>(
     Ok((s, lp))
 }
 
-/// The mean negative log-likelihood and its gradient per block.
+/// The mean negative log-likelihood and its gradient per block, in the arithmetic type `A` of
+/// the parameters (f32 or f64).
 #[derive(Debug, Clone, PartialEq)]
-pub struct LossGrad {
-    pub loss: f64,
+pub struct LossGrad<A = f64> {
+    pub loss: A,
     /// `dL/dtheta`, one vector per block.
-    pub grads: Vec<Vec<f64>>,
+    pub grads: Vec<Vec<A>>,
     /// Checkpoints used by the last block's reverse sweep.
     pub checkpoints: usize,
 }
 
-/// `L = -(1/n) sum log p(x_i)` and `dL/dtheta` (f64); see the module docs.
-pub fn loss_and_grad(
-    params: &CnfParams<f64>,
-    x: &[f64],
-    probes: Option<&[f64]>,
+/// `L = -(1/n) sum log p(x_i)` and `dL/dtheta`, computed in the parameters' type `A` (f32 or
+/// f64: every state, stage, cotangent and sum in `A`); see the module docs.
+///
+/// ```
+/// use harness_reference::cnf::{flow::loss_and_grad, CnfConfig, CnfParams};
+/// use harness_reference::ode::grad::GradMode;
+/// let cfg = CnfConfig { width: 8, depth: 1, blocks: 1, ..CnfConfig::default() };
+/// let p64 = CnfParams::<f64>::init(cfg, 0)?;
+/// let x = [0.1, -0.2, 1.0, 0.5];
+/// let g64 = loss_and_grad(&p64, &x, None, GradMode::FullTape)?;
+/// let x32 = x.map(|v| v as f32);
+/// let g32 = loss_and_grad(&p64.cast::<f32>(), &x32, None, GradMode::FullTape)?;
+/// assert!((g32.loss as f64 - g64.loss).abs() < 1e-4 * g64.loss.abs().max(1.0));
+/// # Ok::<(), harness_reference::Error>(())
+/// ```
+pub fn loss_and_grad<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
     mode: GradMode,
-) -> Result<LossGrad> {
+) -> Result<LossGrad<A>> {
     loss_and_grad_with(params, x, probes, mode, |block| block)
 }
 
 /// [`loss_and_grad`] with each step differentiated on dfdx's tape ([`super::taped`]) instead of
 /// by the hand-written VJP ([`super::adjoint`]): the reference the hand-written one is checked
-/// against.
-pub fn loss_and_grad_on_tape(
-    params: &CnfParams<f64>,
-    x: &[f64],
-    probes: Option<&[f64]>,
+/// against. The tape is f64: for `A = f32` each step's cotangents are computed in f64 from the
+/// f32 states and rounded to f32.
+pub fn loss_and_grad_on_tape<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
     mode: GradMode,
-) -> Result<LossGrad> {
+) -> Result<LossGrad<A>> {
     loss_and_grad_with(params, x, probes, mode, |mut block| {
         block.on_tape = true;
         block
@@ -371,22 +387,22 @@ pub fn loss_and_grad_on_tape(
 /// differentiated: the identity gives [`loss_and_grad`]; a wrapper can change how a block's
 /// field or its vector–Jacobian product is computed (another implementation of the same field
 /// under test). Called once per block and chunk, from rayon's threads.
-pub fn loss_and_grad_with<W, F>(
-    params: &CnfParams<f64>,
-    x: &[f64],
-    probes: Option<&[f64]>,
+pub fn loss_and_grad_with<A: Real, W, F>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
     mode: GradMode,
     field: W,
-) -> Result<LossGrad>
+) -> Result<LossGrad<A>>
 where
-    W: Fn(TrainBlock) -> F + Sync,
-    F: DiffField,
+    W: Fn(TrainBlock<A>) -> F + Sync,
+    F: DiffField<A>,
 {
     let cfg = &params.cfg;
     let n = check_batch(cfg, x, probes)?;
     let d = cfg.data_size;
-    let mut grads = vec![vec![0.0; params.layout.len]; cfg.blocks];
-    let mut loss = 0.0;
+    let mut grads = vec![vec![A::zero(); params.layout.len]; cfg.blocks];
+    let mut loss = A::zero();
     let mut checkpoints = 0;
     let parts = by_chunks(d, x, probes, |i0, x, p| {
         chunk_loss_and_grad(params, i0, x, p, n, mode, &field)
@@ -395,7 +411,7 @@ where
         loss += part.loss;
         checkpoints = part.checkpoints;
         for (acc, g) in grads.iter_mut().zip(&part.grads) {
-            for (a, v) in acc.iter_mut().zip(g) {
+            for (a, &v) in acc.iter_mut().zip(g) {
                 *a += v;
             }
         }
@@ -421,30 +437,30 @@ pub const GRAD_CHUNK: usize = 128;
 
 /// One chunk's share of [`loss_and_grad`]: `-(1/n_total) sum_{i in chunk} log p(x_i)` and its
 /// gradient (each sample's flow is independent of the others').
-fn chunk_loss_and_grad<F: DiffField>(
-    params: &CnfParams<f64>,
+fn chunk_loss_and_grad<A: Real, F: DiffField<A>>(
+    params: &CnfParams<A>,
     first: usize,
-    x: &[f64],
-    probes: Option<&[f64]>,
+    x: &[A],
+    probes: Option<&[A]>,
     n_total: usize,
     mode: GradMode,
-    wrap: &(impl Fn(TrainBlock) -> F + Sync),
-) -> Result<LossGrad> {
+    wrap: &(impl Fn(TrainBlock<A>) -> F + Sync),
+) -> Result<LossGrad<A>> {
     let cfg = &params.cfg;
     let d = cfg.data_size;
     let n = x.len() / d;
-    let mut grads = vec![vec![0.0; params.layout.len]; cfg.blocks];
+    let mut grads = vec![vec![A::zero(); params.layout.len]; cfg.blocks];
     if n == 0 {
         return Ok(LossGrad {
-            loss: 0.0,
+            loss: A::zero(),
             grads,
             checkpoints: 0,
         });
     }
     // Forward through blocks B-1 .. 1, keeping each block's input; block 0 ends the solve.
-    let mut inputs: Vec<Vec<f64>> = Vec::with_capacity(cfg.blocks);
+    let mut inputs: Vec<Vec<A>> = Vec::with_capacity(cfg.blocks);
     let mut z = x.to_vec();
-    z.resize(n * (d + 1), 0.0);
+    z.resize(n * (d + 1), A::zero());
     for b in (1..cfg.blocks).rev() {
         let next = block_solve(params, b, n, probes, cfg.t1, cfg.t0, -cfg.dt0, &z)?;
         inputs.push(std::mem::replace(&mut z, next));
@@ -453,8 +469,9 @@ fn chunk_loss_and_grad<F: DiffField>(
     inputs.reverse(); // inputs[b] = the state entering block b
     let tab = cfg.solver.tableau();
     let ctrl = Controller::constant(-cfg.dt0)?;
-    let mut loss = 0.0;
-    let mut cot: Option<Vec<f64>> = None;
+    let (t0, t1) = (A::of_f64(cfg.t0), A::of_f64(cfg.t1));
+    let mut loss = A::zero();
+    let mut cot: Option<Vec<A>> = None;
     let mut checkpoints = 0;
     for b in 0..cfg.blocks {
         let field = wrap(TrainBlock::new(
@@ -466,18 +483,18 @@ fn chunk_loss_and_grad<F: DiffField>(
         let g = match cot.take() {
             None => gradient_of(
                 &field,
-                &Integration::new(&tab, &ctrl, cfg.t1, cfg.t0).with_options(opts()),
+                &Integration::new(&tab, &ctrl, t1, t0).with_options(opts()),
                 &inputs[b],
                 |zf| {
                     // L = -(1/n) sum_i [delta_i + log N(y_i)]
-                    let inv = 1.0 / n_total as f64;
-                    let lp: Vec<f64> = (0..n)
+                    let inv = A::of_f64(1.0 / n_total as f64);
+                    let lp: Vec<A> = (0..n)
                         .map(|i| zf[n * d + i] + log_normal(&zf[i * d..(i + 1) * d]))
                         .collect();
                     finite_or_error_from("log-density", first, &lp)?;
                     // the mean of the terms, each scaled first: a sum of n log-densities near
                     // -f64::MAX would overflow where their mean does not
-                    loss = -lp.iter().map(|&v| v * inv).sum::<f64>();
+                    loss = -lp.iter().map(|&v| v * inv).sum::<A>();
                     let mut w = vec![-inv; n * (d + 1)];
                     for (wi, &yi) in w[..n * d].iter_mut().zip(&zf[..n * d]) {
                         *wi = yi * inv;
@@ -488,7 +505,7 @@ fn chunk_loss_and_grad<F: DiffField>(
             )?,
             Some(w) => gradient_of(
                 &field,
-                &Integration::new(&tab, &ctrl, cfg.t1, cfg.t0).with_options(opts()),
+                &Integration::new(&tab, &ctrl, t1, t0).with_options(opts()),
                 &inputs[b],
                 move |_| Ok(w),
                 mode,

@@ -9,11 +9,13 @@
 //! - `random.rs` — counter-based draws (data, probes, weights);
 //! - `field.rs` — the augmented field with hand-written tangents (plain f32/f64);
 //! - `tanh.rs` — a call-free, vectorisable f64 `tanh` for the training kernels;
-//! - `adjoint.rs` — the field's vector–Jacobian product written by hand (what training uses);
+//! - `adjoint.rs` — the field's vector–Jacobian product written by hand (what training uses;
+//!   f32/f64 like the field);
 //! - `taped.rs` — the same field on dfdx's tape ([`TrainBlock`], a [`crate::ode::grad::DiffField`]);
 //! - `flow.rs` — log-likelihood, sampling, the loss and its gradient;
 //! - `data.rs` — built-in 2-D data sets;
-//! - `train.rs` — AdamW training with the step staged through the specialisation cache;
+//! - `train.rs` — AdamW training with the step staged through the specialisation cache, in f32
+//!   or f64 (the trainer's type parameter);
 
 pub mod adjoint;
 pub mod config;

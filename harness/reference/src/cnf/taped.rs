@@ -20,29 +20,46 @@ use super::field::{self, Kept};
 use crate::backend::{
     device, reuse2, taped_add_row, taped_as_matrix, taped_concat, taped_const2, taped_flatten,
     taped_matmul_t, taped_mul_row, taped_one_minus_sq, taped_range, taped_reuse,
-    taped_row_dot_const, taped_scale, taped_sigmoid, taped_tanh, Graph, Taped, Taped2,
+    taped_row_dot_const, taped_scale, taped_sigmoid, taped_tanh, Graph, Real, Taped, Taped2,
 };
 use crate::ode::grad::{DiffField, ManualVjp};
 use std::cell::RefCell;
 
-/// One block's augmented field over a batch, with its parameters, for gradients.
-pub struct TrainBlock {
+/// One block's augmented field over a batch, with its parameters, for gradients, in the
+/// arithmetic type `A` (f32 or f64): the forward pass ([`field::forward`]) and the
+/// hand-written VJP ([`super::adjoint`]) run in `A`; the taped form
+/// ([`DiffField::eval_taped`]) is f64 whatever `A` is.
+///
+/// ```
+/// use harness_reference::cnf::{CnfConfig, CnfParams, TrainBlock};
+/// use harness_reference::ode::grad::DiffField;
+/// let cfg = CnfConfig { width: 8, depth: 1, blocks: 1, ..CnfConfig::default() };
+/// let p = CnfParams::<f32>::init(cfg, 0)?;
+/// let block = TrainBlock::new(p.layout.clone(), 2, None, p.blocks[0].clone());
+/// let mut dz = [0.0f32; 6];
+/// block.eval(0.5, &[0.1, -0.2, 1.0, 0.5, 0.0, 0.0], &p.blocks[0], &mut dz);
+/// assert!(dz.iter().all(|v| v.is_finite()));
+/// # Ok::<(), harness_reference::Error>(())
+/// ```
+pub struct TrainBlock<A = f64> {
     pub layout: Layout,
     pub n: usize,
     /// Hutchinson probes (`n x d`), or `None` for the exact trace.
-    pub probes: Option<Vec<f64>>,
-    pub theta: Vec<f64>,
+    pub probes: Option<Vec<A>>,
+    pub theta: Vec<A>,
     /// Differentiate on dfdx's tape instead of by the hand-written VJP of [`super::adjoint`]
     /// (the cross-check of the two).
     #[doc(hidden)]
     pub on_tape: bool,
-    kept: RefCell<Vec<Kept<f64>>>,
-    scratch: RefCell<Kept<f64>>,
-    back: RefCell<BackScratch>,
+    kept: RefCell<Vec<Kept<A>>>,
+    scratch: RefCell<Kept<A>>,
+    back: RefCell<BackScratch<A>>,
 }
 
-impl TrainBlock {
-    pub fn new(layout: Layout, n: usize, probes: Option<Vec<f64>>, theta: Vec<f64>) -> Self {
+impl<A: Real> TrainBlock<A> {
+    /// Block weights `theta` (`layout.len`) over a batch of `n` samples, with Hutchinson
+    /// `probes` (`n x d`) or `None` for the exact trace.
+    pub fn new(layout: Layout, n: usize, probes: Option<Vec<A>>, theta: Vec<A>) -> Self {
         Self {
             layout,
             n,
@@ -56,6 +73,11 @@ impl TrainBlock {
     }
 }
 
+/// The values of `v` in f64 (exact).
+fn wide<A: Real>(v: &[A]) -> Vec<f64> {
+    v.iter().map(|x| x.as_f64()).collect()
+}
+
 /// `n x d` rows, each the unit vector `e_j`.
 fn unit_rows(n: usize, d: usize, j: usize) -> Vec<f64> {
     let mut e = vec![0.0; n * d];
@@ -65,31 +87,24 @@ fn unit_rows(n: usize, d: usize, j: usize) -> Vec<f64> {
     e
 }
 
-impl TrainBlock {
+impl<A: Real> TrainBlock<A> {
     /// The field ([`field::forward`]) into `dy = [f; tr]`, keeping its products in `kept`.
-    fn forward(&self, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64], kept: &mut Kept<f64>) {
+    fn forward(&self, t: A, y: &[A], theta: &[A], dy: &mut [A], kept: &mut Kept<A>) {
         let (f, tr) = dy.split_at_mut(self.n * self.layout.data_size);
         let probes = self.probes.as_deref();
         field::forward(&self.layout, theta, self.n, probes, t, y, f, tr, kept);
     }
 }
 
-impl ManualVjp for TrainBlock {
-    fn eval_kept(&self, slot: usize, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]) {
+impl<A: Real> ManualVjp<A> for TrainBlock<A> {
+    fn eval_kept(&self, slot: usize, t: A, y: &[A], theta: &[A], dy: &mut [A]) {
         let mut kept = self.kept.borrow_mut();
         if kept.len() <= slot {
             kept.resize_with(slot + 1, Kept::default);
         }
         self.forward(t, y, theta, dy, &mut kept[slot]);
     }
-    fn vjp_kept(
-        &self,
-        slot: usize,
-        theta: &[f64],
-        fbar: &[f64],
-        ybar: &mut [f64],
-        thetabar: &mut [f64],
-    ) {
+    fn vjp_kept(&self, slot: usize, theta: &[A], fbar: &[A], ybar: &mut [A], thetabar: &mut [A]) {
         adjoint::backward(
             &self.layout,
             theta,
@@ -104,8 +119,8 @@ impl ManualVjp for TrainBlock {
     }
 }
 
-impl DiffField for TrainBlock {
-    fn manual_vjp(&self) -> Option<&dyn ManualVjp> {
+impl<A: Real> DiffField<A> for TrainBlock<A> {
+    fn manual_vjp(&self) -> Option<&dyn ManualVjp<A>> {
         if self.on_tape {
             None
         } else {
@@ -115,10 +130,10 @@ impl DiffField for TrainBlock {
     fn dim(&self) -> usize {
         self.n * (self.layout.data_size + 1)
     }
-    fn theta(&self) -> Vec<f64> {
+    fn theta(&self) -> Vec<A> {
         self.theta.clone()
     }
-    fn eval(&self, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]) {
+    fn eval(&self, t: A, y: &[A], theta: &[A], dy: &mut [A]) {
         self.forward(t, y, theta, dy, &mut self.scratch.borrow_mut());
     }
     fn eval_taped(&self, t: f64, y: Taped, theta: Taped) -> Taped {
@@ -133,7 +148,7 @@ impl DiffField for TrainBlock {
             None => (0..d)
                 .map(|j| taped_const2(&dev, n, d, unit_rows(n, d, j)))
                 .collect(),
-            Some(p) => vec![taped_const2(&dev, n, d, p.clone())],
+            Some(p) => vec![taped_const2(&dev, n, d, wide(p))],
         };
         let nl = self.layout.layers.len();
         let mut u_last = None;
@@ -177,7 +192,7 @@ impl DiffField for TrainBlock {
                 .expect("data_size >= 1"),
             Some(p) => du
                 .into_iter()
-                .map(|t| taped_row_dot_const(t, p.clone()))
+                .map(|t| taped_row_dot_const(t, wide(p)))
                 .next()
                 .expect("one probe tangent"),
         };

@@ -8,6 +8,11 @@
 //! `(params, opt_state, step)`; the plan it builds owns the step's workspace (batch and probe
 //! buffers), as a compiled executable owns its buffers.
 //!
+//! The trainer is generic over the arithmetic type `A` (f32 or f64, f64 unless named): the
+//! parameters, optimizer moments, batch, probes and every value of the loss and gradient are
+//! `A` ([`Trainer::new`] is f64, [`Trainer::typed`] any `A`); the batch and probes are drawn in
+//! f64 and rounded once to `A`.
+//!
 //! Guarantees: `N` steps trace once; live memory after the first step does not grow with `N`;
 //! the same seed gives bit-identical losses and parameters. The upstream failure (diffrax #574)
 //! was the opposite: the step counter passed as a Python int is static under `jax.jit`, so
@@ -33,6 +38,13 @@
 //! }
 //! assert_eq!(trainer.traces(), 1);
 //! assert_eq!(state.step.data(), &[3]);
+//! // the same training in f32
+//! let mut t32 = Trainer::<f32>::typed(cfg, tc, Dataset::TwoMoons)?;
+//! let mut s32 = t32.init()?;
+//! for _ in 0..3 {
+//!     s32 = t32.step(&s32)?.0;
+//! }
+//! assert_eq!(t32.traces(), 1);
 //! # Ok::<(), harness_reference::Error>(())
 //! ```
 
@@ -41,7 +53,7 @@ use super::data::Dataset;
 use super::flow::loss_and_grad;
 use super::params::CnfParams;
 use super::random::{key, normal, rademacher};
-use crate::backend::{Array, DType};
+use crate::backend::{Array, DType, Real};
 use crate::error::ensure;
 use crate::ode::grad::GradMode;
 use crate::optim::{adamw, AdamHyper, AdamW, Transform};
@@ -121,17 +133,17 @@ impl TrainConfig {
     }
 }
 
-/// Everything a step carries from one call to the next.
+/// Everything a step carries from one call to the next (parameters and moments in `A`).
 #[derive(Debug, Clone)]
-pub struct TrainState {
+pub struct TrainState<A: Real = f64> {
     /// One leaf per block, `block{b}`, in [`super::Layout`] order.
-    pub params: Tree<f64>,
-    pub opt: <AdamW as Transform<f64>>::State,
+    pub params: Tree<A>,
+    pub opt: <AdamW as Transform<A>>::State,
     /// The step counter: a strong `int32[]` array (dynamic, as `jnp.asarray(step)`).
     pub step: Array<i32>,
 }
 
-impl HasSignature for TrainState {
+impl<A: Real> HasSignature for TrainState<A> {
     fn signature(&self) -> Signature {
         let mut s = Signature::new()
             .with("params", self.params.signature())
@@ -143,23 +155,46 @@ impl HasSignature for TrainState {
 
 /// What a trace builds: the step's workspace (the mini-batch and probe buffers), sized by the
 /// configuration once, as a compiled executable owns its buffers.
-pub struct StepWorkspace {
-    batch: Vec<f64>,
-    probes: Vec<f64>,
+pub struct StepWorkspace<A = f64> {
+    batch: Vec<A>,
+    probes: Vec<A>,
 }
 
-/// A CNF trainer: configuration, data, optimizer and the staged step.
-pub struct Trainer {
+/// A CNF trainer: configuration, data, optimizer and the staged step, training in `A` (f32 or
+/// f64).
+pub struct Trainer<A: Real = f64> {
     pub cfg: CnfConfig,
     pub train: TrainConfig,
     pub data: Dataset,
     opt: AdamW,
-    stage: Stage<StepWorkspace>,
+    stage: Stage<StepWorkspace<A>>,
 }
 
 impl Trainer {
-    /// Validated trainer (the data set must be 2-D when `data_size = 2`; every built-in set is).
+    /// Validated f64 trainer (the data set must be 2-D when `data_size = 2`; every built-in set
+    /// is): [`Trainer::typed`] at f64.
     pub fn new(cfg: CnfConfig, train: TrainConfig, data: Dataset) -> Result<Self> {
+        Self::typed(cfg, train, data)
+    }
+}
+
+impl<A: Real> Trainer<A> {
+    /// Validated trainer computing in `A` (f32 or f64); the same checks as [`Trainer::new`].
+    ///
+    /// ```
+    /// use harness_reference::cnf::{train::{Trainer, TrainConfig}, data::Dataset, CnfConfig};
+    /// let cfg = CnfConfig { width: 8, depth: 1, blocks: 1, ..CnfConfig::default() };
+    /// let tc = TrainConfig { batch: 16, ..TrainConfig::default() };
+    /// let mut trainer = Trainer::<f32>::typed(cfg, tc, Dataset::TwoMoons)?;
+    /// let state = trainer.init()?;
+    /// let (next, loss) = trainer.step(&state)?;
+    /// assert!(loss.is_finite());
+    /// let len = trainer.params_of(&state)?.layout.len;
+    /// assert_eq!(next.params.get("block0").map(|a| a.data().len()), Some(len));
+    /// assert!(Trainer::<f32>::typed(cfg, TrainConfig { batch: 0, ..tc }, Dataset::TwoMoons).is_err());
+    /// # Ok::<(), harness_reference::Error>(())
+    /// ```
+    pub fn typed(cfg: CnfConfig, train: TrainConfig, data: Dataset) -> Result<Self> {
         cfg.validate()?;
         train.validate()?;
         ensure(
@@ -197,14 +232,15 @@ impl Trainer {
         self.stage.plans()
     }
 
-    /// Fresh state: weights from the seed, AdamW state, step 0.
-    pub fn init(&self) -> Result<TrainState> {
-        let p = CnfParams::<f64>::init(self.cfg, self.train.seed)?;
+    /// Fresh state: weights from the seed (drawn in f64, rounded once to `A`), AdamW state,
+    /// step 0.
+    pub fn init(&self) -> Result<TrainState<A>> {
+        let p = CnfParams::<A>::init(self.cfg, self.train.seed)?;
         self.state_from(&p)
     }
 
     /// State for given weights.
-    pub fn state_from(&self, p: &CnfParams<f64>) -> Result<TrainState> {
+    pub fn state_from(&self, p: &CnfParams<A>) -> Result<TrainState<A>> {
         let params = Tree::from_leaves(
             p.blocks
                 .iter()
@@ -220,14 +256,14 @@ impl Trainer {
     }
 
     /// The weights held by a state.
-    pub fn params_of(&self, state: &TrainState) -> Result<CnfParams<f64>> {
+    pub fn params_of(&self, state: &TrainState<A>) -> Result<CnfParams<A>> {
         params_from(self.cfg, state)
     }
 
     /// The mini-batch of step `k` (deterministic in `(seed, k)`).
-    pub fn batch_of(&self, k: u64, out: &mut [f64]) {
+    pub fn batch_of(&self, k: u64, out: &mut [A]) {
         self.data
-            .sample_into(key(self.train.seed, DATA_STREAM, k), 0, out)
+            .sample_as(key(self.train.seed, DATA_STREAM, k), 0, out)
     }
 
     /// Hash of the static configuration the step is specialised on (model, training settings,
@@ -236,19 +272,20 @@ impl Trainer {
         KeyHasher::default()
             .val(self.cfg.static_key())
             .val(self.train.static_key())
-            .val(<AdamW as Transform<f64>>::static_key(&self.opt))
+            .val(<AdamW as Transform<A>>::static_key(&self.opt))
             .finish()
     }
 
     /// A fresh workspace for [`Trainer::step_in`], sized by the configuration.
-    pub fn workspace(&self) -> StepWorkspace {
+    pub fn workspace(&self) -> StepWorkspace<A> {
         StepWorkspace::new(self.train.batch * self.cfg.data_size)
     }
 
     /// One training step: `(new state, loss before the update)`. The step is staged: one trace
     /// per (static configuration, signature of the state), whose workspace later steps reuse.
-    /// The input state is untouched, so an error corrupts nothing.
-    pub fn step(&mut self, state: &TrainState) -> Result<(TrainState, f64)> {
+    /// The input state is untouched, so an error corrupts nothing. The loss is returned in f64
+    /// (exact from `A`).
+    pub fn step(&mut self, state: &TrainState<A>) -> Result<(TrainState<A>, f64)> {
         let key = self.static_key();
         let len = self.train.batch * self.cfg.data_size;
         let Trainer {
@@ -263,23 +300,27 @@ impl Trainer {
     }
 
     /// The step itself, unstaged, in a caller-held workspace (from [`Trainer::workspace`]).
-    pub fn step_in(&self, ws: &mut StepWorkspace, state: &TrainState) -> Result<(TrainState, f64)> {
+    pub fn step_in(
+        &self,
+        ws: &mut StepWorkspace<A>,
+        state: &TrainState<A>,
+    ) -> Result<(TrainState<A>, f64)> {
         step_with(&self.cfg, &self.train, &self.data, &self.opt, ws, state)
     }
 }
 
-impl StepWorkspace {
+impl<A: Real> StepWorkspace<A> {
     /// Buffers of `len` values each (batch size times data size).
     fn new(len: usize) -> Self {
         StepWorkspace {
-            batch: vec![0.0; len],
-            probes: vec![0.0; len],
+            batch: vec![A::zero(); len],
+            probes: vec![A::zero(); len],
         }
     }
 }
 
 /// The weights held by a state, laid out for `cfg`.
-fn params_from(cfg: CnfConfig, state: &TrainState) -> Result<CnfParams<f64>> {
+fn params_from<A: Real>(cfg: CnfConfig, state: &TrainState<A>) -> Result<CnfParams<A>> {
     let blocks = (0..cfg.blocks)
         .map(|b| {
             state
@@ -293,14 +334,14 @@ fn params_from(cfg: CnfConfig, state: &TrainState) -> Result<CnfParams<f64>> {
 }
 
 /// One training step of [`Trainer::step_in`], on the trainer's parts.
-fn step_with(
+fn step_with<A: Real>(
     cfg: &CnfConfig,
     train: &TrainConfig,
     data: &Dataset,
     opt: &AdamW,
-    ws: &mut StepWorkspace,
-    state: &TrainState,
-) -> Result<(TrainState, f64)> {
+    ws: &mut StepWorkspace<A>,
+    state: &TrainState<A>,
+) -> Result<(TrainState<A>, f64)> {
     let k = state.step.data().first().copied().unwrap_or(0);
     let params = params_from(*cfg, state)?;
     let StepWorkspace { batch, probes } = ws;
@@ -309,16 +350,16 @@ fn step_with(
         value: k.to_string(),
         expected: "a non-negative step counter".into(),
     })?;
-    data.sample_into(key(train.seed, DATA_STREAM, k), 0, batch);
+    data.sample_as(key(train.seed, DATA_STREAM, k), 0, batch);
     let probes = match cfg.trace {
         TraceEstimator::Exact => None,
         TraceEstimator::Hutchinson(kind) => {
             let pk = key(train.seed, PROBE_STREAM, k);
             for (i, e) in probes.iter_mut().enumerate() {
-                *e = match kind {
+                *e = A::of_f64(match kind {
                     Probe::Gaussian => normal(pk, i as u64),
                     Probe::Rademacher => rademacher(pk, i as u64),
-                };
+                });
             }
             Some(&probes[..])
         }
@@ -342,6 +383,6 @@ fn step_with(
             opt,
             step: Array::scalar(next),
         },
-        lg.loss,
+        lg.loss.as_f64(),
     ))
 }

@@ -69,8 +69,9 @@
 //! ```
 
 /// What a schedule asks of the sweep that runs it. The sweep owns a *working* state and a stack
-/// of checkpoints; the schedule's arguments name the step index of each state involved.
-pub trait Sweep {
+/// of checkpoints; the schedule's arguments name the step index of each state involved. `A` is
+/// the element type of the states (the sweep's arithmetic type).
+pub trait Sweep<A = f64> {
     /// Advance the working state from `y_from` to `y_to` (`to - from` forward steps).
     fn advance(&mut self, from: usize, to: usize);
     /// Push the working state, `y_at`, onto the checkpoint stack.
@@ -83,7 +84,7 @@ pub trait Sweep {
     fn reverse(&mut self, k: usize);
     /// The working state itself, for schedules that change what they store (a compressing
     /// schedule rounds it before [`Sweep::store`]).
-    fn state_mut(&mut self) -> &mut [f64];
+    fn state_mut(&mut self) -> &mut [A];
 }
 
 /// A checkpointing schedule: how a reverse sweep over `n` steps keeps and recomputes states.
@@ -93,10 +94,10 @@ pub trait Sweep {
 /// A correct schedule starts from the working state `y_0`, calls [`Sweep::reverse`] exactly
 /// once for each `k = n-1, ..., 0` in that order with the working state equal to `y_k`, and
 /// discards every checkpoint it stores. Every correct schedule gives the same gradient bit for
-/// bit; they differ in forward steps and stored states.
-pub trait Schedule: Sync {
+/// bit; they differ in forward steps and stored states. `A` is the states' element type.
+pub trait Schedule<A = f64>: Sync {
     /// Reverse `n` steps on `sweep` with a budget of `c` stored states (`1 <= c`).
-    fn run(&self, n: usize, c: usize, sweep: &mut dyn Sweep);
+    fn run(&self, n: usize, c: usize, sweep: &mut dyn Sweep<A>);
 }
 
 /// The offline binomial (revolve) schedule of [`binomial`]: at most `c` stored states and the
@@ -104,8 +105,8 @@ pub trait Schedule: Sync {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Binomial;
 
-impl Schedule for Binomial {
-    fn run(&self, n: usize, c: usize, sweep: &mut dyn Sweep) {
+impl<A> Schedule<A> for Binomial {
+    fn run(&self, n: usize, c: usize, sweep: &mut dyn Sweep<A>) {
         binomial(n, c, sweep)
     }
 }
@@ -166,7 +167,7 @@ pub fn split(l: usize, c: usize) -> usize {
 /// Run the binomial schedule for `n` steps with `c` checkpoints (clamped to `[1, n]`) on
 /// `sweep`, whose working state must be `y_0`. Stores `y_0` first and discards every checkpoint
 /// it stores; calls `reverse(k)` for `k = n-1, ..., 0` in that order.
-pub fn binomial<S: Sweep + ?Sized>(n: usize, c: usize, sweep: &mut S) {
+pub fn binomial<A, S: Sweep<A> + ?Sized>(n: usize, c: usize, sweep: &mut S) {
     if n == 0 {
         return;
     }
@@ -176,7 +177,7 @@ pub fn binomial<S: Sweep + ?Sized>(n: usize, c: usize, sweep: &mut S) {
 }
 
 /// `reverse(a, b, c)` of the module docs; `y_a` is on top of the stack.
-fn reverse_range<S: Sweep + ?Sized>(a: usize, mut b: usize, c: usize, sweep: &mut S) {
+fn reverse_range<A, S: Sweep<A> + ?Sized>(a: usize, mut b: usize, c: usize, sweep: &mut S) {
     // The left part `reverse(a, m, c)` is a tail call: loop on it, recurse only to the right.
     loop {
         let l = b - a;

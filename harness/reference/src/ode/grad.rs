@@ -79,23 +79,28 @@ use super::tableau::Tableau;
 use super::Controller;
 use crate::backend::{
     device, taped_gather, taped_leaf, taped_matvec, taped_mul_const, taped_reuse, taped_split,
-    taped_vjp, Tape64, Taped,
+    taped_vjp, Real, Tape64, Taped,
 };
 use crate::{Error, Result};
 
-/// A vector field `f(t, y; theta)` differentiable in `y` and `theta` through dfdx's tape.
-pub trait DiffField {
+/// A vector field `f(t, y; theta)` differentiable in `y` and `theta` through dfdx's tape, in
+/// the arithmetic type `A` (f32 or f64; f64 unless named).
+///
+/// The tape is f64 whatever `A` is: [`DiffField::eval_taped`] is built on widened values, and
+/// the taped sweep rounds each step's cotangents back to `A` (for `A = f64` both conversions
+/// are the identity).
+pub trait DiffField<A: Real = f64> {
     /// State length.
     fn dim(&self) -> usize;
     /// The parameters the gradient is taken with respect to (flat).
-    fn theta(&self) -> Vec<f64>;
-    /// Write `f(t, y; theta)` into `dy` (plain f64).
-    fn eval(&self, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]);
-    /// `f(t, y; theta)` as a taped dfdx computation (same maths as [`DiffField::eval`]).
+    fn theta(&self) -> Vec<A>;
+    /// Write `f(t, y; theta)` into `dy` (plain arithmetic in `A`).
+    fn eval(&self, t: A, y: &[A], theta: &[A], dy: &mut [A]);
+    /// `f(t, y; theta)` as a taped dfdx computation (same maths as [`DiffField::eval`], in f64).
     fn eval_taped(&self, t: f64, y: Taped, theta: Taped) -> Taped;
     /// A hand-written VJP of one evaluation, if the field has one: the reverse sweep then
     /// differentiates each step by [`ManualVjp`] instead of building a dfdx graph.
-    fn manual_vjp(&self) -> Option<&dyn ManualVjp> {
+    fn manual_vjp(&self) -> Option<&dyn ManualVjp<A>> {
         None
     }
 }
@@ -103,19 +108,13 @@ pub trait DiffField {
 /// A field's vector–Jacobian product written by hand, evaluated where the forward pass was:
 /// the step's stages are evaluated with [`ManualVjp::eval_kept`] (slot `i` for stage `i`) and
 /// then differentiated in reverse stage order with [`ManualVjp::vjp_kept`] on the same slot.
-pub trait ManualVjp {
+/// Everything is in the field's arithmetic type `A`.
+pub trait ManualVjp<A = f64> {
     /// `f(t, y; theta)` into `dy`, keeping in `slot` what [`ManualVjp::vjp_kept`] needs.
-    fn eval_kept(&self, slot: usize, t: f64, y: &[f64], theta: &[f64], dy: &mut [f64]);
+    fn eval_kept(&self, slot: usize, t: A, y: &[A], theta: &[A], dy: &mut [A]);
     /// At the evaluation kept in `slot`: `ybar = (df/dy)^T fbar` (overwritten) and
     /// `thetabar += (df/dtheta)^T fbar`.
-    fn vjp_kept(
-        &self,
-        slot: usize,
-        theta: &[f64],
-        fbar: &[f64],
-        ybar: &mut [f64],
-        thetabar: &mut [f64],
-    );
+    fn vjp_kept(&self, slot: usize, theta: &[A], fbar: &[A], ybar: &mut [A], thetabar: &mut [A]);
 }
 
 /// `theta` = `A` row-major; `f = A y` (a dfdx matmul).
@@ -167,9 +166,9 @@ impl DiffField for LotkaVolterra {
 /// `f = 0` on `R^d` (step placement of constant-step solves).
 struct ZeroField(usize);
 
-impl VectorField<f64> for ZeroField {
-    fn eval(&self, _t: f64, _y: &[f64], dy: &mut [f64]) {
-        dy.fill(0.0);
+impl<A: Real> VectorField<A> for ZeroField {
+    fn eval(&self, _t: A, _y: &[A], dy: &mut [A]) {
+        dy.fill(A::zero());
     }
     fn dim(&self) -> Option<usize> {
         Some(self.0)
@@ -177,13 +176,13 @@ impl VectorField<f64> for ZeroField {
 }
 
 /// A [`DiffField`] at fixed parameters, as a plain [`VectorField`] for the forward solve.
-struct AtTheta<'a, F: ?Sized> {
+struct AtTheta<'a, A, F: ?Sized> {
     field: &'a F,
-    theta: &'a [f64],
+    theta: &'a [A],
 }
 
-impl<F: DiffField + ?Sized> VectorField<f64> for AtTheta<'_, F> {
-    fn eval(&self, t: f64, y: &[f64], dy: &mut [f64]) {
+impl<A: Real, F: DiffField<A> + ?Sized> VectorField<A> for AtTheta<'_, A, F> {
+    fn eval(&self, t: A, y: &[A], dy: &mut [A]) {
         self.field.eval(t, y, self.theta, dy)
     }
     fn dim(&self) -> Option<usize> {
@@ -206,17 +205,17 @@ pub fn default_checkpoints(max_steps: usize) -> usize {
     ((-1.5 + (2.0 * max_steps as f64 + 0.25).sqrt()).floor() as i64 + 1).max(1) as usize
 }
 
-/// Gradients of `L = <w, y(t1)>`.
+/// Gradients of `L = <w, y(t1)>`, in the field's arithmetic type `A`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Gradient {
+pub struct Gradient<A = f64> {
     /// `dL/dy0`.
-    pub d_y0: Vec<f64>,
+    pub d_y0: Vec<A>,
     /// `dL/dtheta`.
-    pub d_theta: Vec<f64>,
+    pub d_theta: Vec<A>,
     /// The state at `t1`, recomputed along the accepted times.
-    pub y_final: Vec<f64>,
+    pub y_final: Vec<A>,
     /// Accepted step times `t_0 .. t_n`.
-    pub ts: Vec<f64>,
+    pub ts: Vec<A>,
     /// Checkpoints used (`n` for the full tape).
     pub checkpoints: usize,
     /// Plain Runge–Kutta steps evaluated by the gradient (the forward solve not counted): `n`
@@ -226,13 +225,13 @@ pub struct Gradient {
 }
 
 /// The gradient of `<w, y(t1)>` with respect to `y0` and `field.theta()`; see the module docs.
-pub fn gradient<F: DiffField + ?Sized>(
+pub fn gradient<A: Real, F: DiffField<A> + ?Sized>(
     field: &F,
-    integration: &Integration<'_, f64>,
-    y0: &[f64],
-    w: &[f64],
+    integration: &Integration<'_, A>,
+    y0: &[A],
+    w: &[A],
     mode: GradMode,
-) -> Result<Gradient> {
+) -> Result<Gradient<A>> {
     gradient_impl(
         field,
         integration,
@@ -247,13 +246,13 @@ pub fn gradient<F: DiffField + ?Sized>(
 /// `cotangent(y_final)` is called once, when the reverse sweep reaches the last step (saves the
 /// extra forward solve that computing `y(t1)` first would cost). Otherwise as [`gradient`]; a
 /// cotangent of the wrong length or non-finite is an error, as is an error it returns.
-pub fn gradient_of<F: DiffField + ?Sized>(
+pub fn gradient_of<A: Real, F: DiffField<A> + ?Sized>(
     field: &F,
-    integration: &Integration<'_, f64>,
-    y0: &[f64],
-    cotangent: impl FnOnce(&[f64]) -> Result<Vec<f64>>,
+    integration: &Integration<'_, A>,
+    y0: &[A],
+    cotangent: impl FnOnce(&[A]) -> Result<Vec<A>>,
     mode: GradMode,
-) -> Result<Gradient> {
+) -> Result<Gradient<A>> {
     gradient_impl(
         field,
         integration,
@@ -265,30 +264,30 @@ pub fn gradient_of<F: DiffField + ?Sized>(
 }
 
 /// `dL/dy(t1)`: given, or computed from `y(t1)`.
-enum Cotangent<'a> {
-    Given(&'a [f64]),
-    Of(CotangentFn<'a>),
+enum Cotangent<'a, A> {
+    Given(&'a [A]),
+    Of(CotangentFn<'a, A>),
 }
 
 /// A cotangent computed from the final state.
-type CotangentFn<'a> = Box<dyn FnOnce(&[f64]) -> Result<Vec<f64>> + 'a>;
+type CotangentFn<'a, A> = Box<dyn FnOnce(&[A]) -> Result<Vec<A>> + 'a>;
 
 /// [`gradient`] with the checkpointed form driven by `schedule` instead of the binomial one
 /// (`mode` = [`GradMode::Checkpointed`]; the full tape ignores it). Any schedule that reverses
 /// every step once, in order `n-1, ..., 0`, gives the same gradient bit for bit; its memory is
 /// what it stores.
-pub fn gradient_scheduled<F: DiffField + ?Sized>(
+pub fn gradient_scheduled<A: Real, F: DiffField<A> + ?Sized>(
     field: &F,
-    integration: &Integration<'_, f64>,
-    y0: &[f64],
-    w: &[f64],
+    integration: &Integration<'_, A>,
+    y0: &[A],
+    w: &[A],
     mode: GradMode,
-    schedule: &dyn checkpoint::Schedule,
-) -> Result<Gradient> {
+    schedule: &dyn checkpoint::Schedule<A>,
+) -> Result<Gradient<A>> {
     gradient_impl(field, integration, y0, Cotangent::Given(w), mode, schedule)
 }
 
-fn check_input(name: &'static str, v: &[f64], want: usize) -> Result<()> {
+fn check_input<A: Real>(name: &'static str, v: &[A], want: usize) -> Result<()> {
     if v.len() != want {
         return Err(Error::ShapeMismatch {
             leaf: name.into(),
@@ -296,7 +295,7 @@ fn check_input(name: &'static str, v: &[f64], want: usize) -> Result<()> {
             got: vec![v.len()],
         });
     }
-    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+    if let Some(i) = v.iter().position(|x| !x.as_f64().is_finite()) {
         return Err(Error::InvalidHyper {
             name,
             value: format!("{:?} at index {i}", v[i]),
@@ -306,14 +305,14 @@ fn check_input(name: &'static str, v: &[f64], want: usize) -> Result<()> {
     Ok(())
 }
 
-fn gradient_impl<F: DiffField + ?Sized>(
+fn gradient_impl<A: Real, F: DiffField<A> + ?Sized>(
     field: &F,
-    integration: &Integration<'_, f64>,
-    y0: &[f64],
-    w: Cotangent<'_>,
+    integration: &Integration<'_, A>,
+    y0: &[A],
+    w: Cotangent<'_, A>,
     mode: GradMode,
-    schedule: &dyn checkpoint::Schedule,
-) -> Result<Gradient> {
+    schedule: &dyn checkpoint::Schedule<A>,
+) -> Result<Gradient<A>> {
     let Integration {
         tableau: tab,
         controller,
@@ -339,7 +338,7 @@ fn gradient_impl<F: DiffField + ?Sized>(
         field,
         theta: &theta,
     };
-    let record = |ev: &crate::ode::StepEvent<f64>| {
+    let record = |ev: &crate::ode::StepEvent<A>| {
         if ev.accepted {
             ts.push(ev.t_end);
         }
@@ -374,7 +373,7 @@ fn gradient_impl<F: DiffField + ?Sized>(
         lambda: Vec::new(),
         cotangent: Some(w),
         error: None,
-        g_theta: vec![0.0; theta.len()],
+        g_theta: vec![A::zero(); theta.len()],
         forward_steps: 0,
     };
     match mode {
@@ -406,24 +405,24 @@ fn gradient_impl<F: DiffField + ?Sized>(
 /// The reverse sweep's buffers, driven by a checkpoint schedule ([`checkpoint::Sweep`]): the
 /// working state `y`, the checkpoint stack (capacity fixed up front: `c` states), the adjoint
 /// `lambda = dL/dy_k` and the accumulated `dL/dtheta`.
-struct ReverseSweep<'a, 'c, F: ?Sized> {
+struct ReverseSweep<'a, 'c, A, F: ?Sized> {
     field: &'a F,
     tab: &'a Tableau,
-    ts: &'a [f64],
-    theta: &'a [f64],
-    stepper: Stepper<'a, F>,
-    stack: Vec<f64>,
-    y: Vec<f64>,
-    y_final: Vec<f64>,
-    lambda: Vec<f64>,
-    g_theta: Vec<f64>,
+    ts: &'a [A],
+    theta: &'a [A],
+    stepper: Stepper<'a, A, F>,
+    stack: Vec<A>,
+    y: Vec<A>,
+    y_final: Vec<A>,
+    lambda: Vec<A>,
+    g_theta: Vec<A>,
     forward_steps: usize,
     /// Taken when `y_final` is first known (just before the first VJP).
-    cotangent: Option<Cotangent<'c>>,
+    cotangent: Option<Cotangent<'c, A>>,
     error: Option<Error>,
 }
 
-impl<F: DiffField + ?Sized> ReverseSweep<'_, '_, F> {
+impl<A: Real, F: DiffField<A> + ?Sized> ReverseSweep<'_, '_, A, F> {
     /// Turn the cotangent into `lambda` once `y_final` is known; later VJPs are skipped after
     /// an error.
     fn resolve(&mut self) {
@@ -469,7 +468,7 @@ impl<F: DiffField + ?Sized> ReverseSweep<'_, '_, F> {
     }
 }
 
-impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, '_, F> {
+impl<A: Real, F: DiffField<A> + ?Sized> checkpoint::Sweep<A> for ReverseSweep<'_, '_, A, F> {
     fn advance(&mut self, from: usize, to: usize) {
         for k in from..to {
             self.stepper.step(self.ts[k], self.ts[k + 1], &mut self.y);
@@ -486,7 +485,7 @@ impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, '_, F> {
     fn discard(&mut self, _at: usize) {
         self.stack.truncate(self.stack.len() - self.y.len());
     }
-    fn state_mut(&mut self) -> &mut [f64] {
+    fn state_mut(&mut self) -> &mut [A] {
         &mut self.y
     }
     fn reverse(&mut self, k: usize) {
@@ -513,32 +512,32 @@ impl<F: DiffField + ?Sized> checkpoint::Sweep for ReverseSweep<'_, '_, F> {
     }
 }
 
-/// One explicit RK step in plain f64 through the shared [`RkStep`] (the arithmetic of
-/// [`super::solve()`]'s loop), with the field's parameters fixed at `theta`.
-struct Stepper<'a, F: ?Sized> {
+/// One explicit RK step in plain arithmetic (`A`) through the shared [`RkStep`] (the arithmetic
+/// of [`super::solve()`]'s loop), with the field's parameters fixed at `theta`.
+struct Stepper<'a, A, F: ?Sized> {
     field: &'a F,
-    theta: &'a [f64],
-    rk: RkStep<f64>,
-    fs: Vec<f64>,
-    ytmp: Vec<f64>,
-    y1: Vec<f64>,
+    theta: &'a [A],
+    rk: RkStep<A>,
+    fs: Vec<A>,
+    ytmp: Vec<A>,
+    y1: Vec<A>,
 }
 
-impl<'a, F: DiffField + ?Sized> Stepper<'a, F> {
-    fn new(field: &'a F, tab: &Tableau, theta: &'a [f64]) -> Self {
+impl<'a, A: Real, F: DiffField<A> + ?Sized> Stepper<'a, A, F> {
+    fn new(field: &'a F, tab: &Tableau, theta: &'a [A]) -> Self {
         let d = field.dim();
         Stepper {
             field,
             theta,
             rk: RkStep::new(tab),
-            fs: vec![0.0; tab.stages() * d],
-            ytmp: vec![0.0; d],
-            y1: vec![0.0; d],
+            fs: vec![A::zero(); tab.stages() * d],
+            ytmp: vec![A::zero(); d],
+            y1: vec![A::zero(); d],
         }
     }
 
     /// `y <- step(tprev, tnext, y)`.
-    fn step(&mut self, tprev: f64, tnext: f64, y: &mut [f64]) {
+    fn step(&mut self, tprev: A, tnext: A, y: &mut [A]) {
         let (field, theta) = (self.field, self.theta);
         let st = self.rk.stages_len();
         self.rk.stages(
@@ -559,13 +558,13 @@ impl<'a, F: DiffField + ?Sized> Stepper<'a, F> {
 
 /// `y(t_n)` along fixed times `ts` from `y0` with parameters `theta` (the map whose derivative
 /// [`gradient`] computes; the finite-difference law perturbs its inputs).
-pub fn forward_on_times<F: DiffField + ?Sized>(
+pub fn forward_on_times<A: Real, F: DiffField<A> + ?Sized>(
     field: &F,
     tab: &Tableau,
-    ts: &[f64],
-    y0: &[f64],
-    theta: &[f64],
-) -> Vec<f64> {
+    ts: &[A],
+    y0: &[A],
+    theta: &[A],
+) -> Vec<A> {
     let mut stepper = Stepper::new(field, tab, theta);
     let mut y = y0.to_vec();
     for k in 0..ts.len().saturating_sub(1) {
@@ -577,22 +576,22 @@ pub fn forward_on_times<F: DiffField + ?Sized>(
 /// One step of the reverse sweep: from `y = y_k` at `tprev` to `tnext`, with parameters
 /// `theta`.
 #[derive(Clone, Copy)]
-struct StepAt<'a> {
+struct StepAt<'a, A> {
     tab: &'a Tableau,
-    rk: &'a RkStep<f64>,
-    tprev: f64,
-    tnext: f64,
-    y: &'a [f64],
-    theta: &'a [f64],
+    rk: &'a RkStep<A>,
+    tprev: A,
+    tnext: A,
+    y: &'a [A],
+    theta: &'a [A],
 }
 
 /// One step's VJP, `lambda <- (dy_{k+1}/dy_k)^T lambda`, `g_theta += (dy_{k+1}/dtheta)^T
 /// lambda`: by the field's [`ManualVjp`] when it has one, else on the tape.
-fn step_vjp_any<F: DiffField + ?Sized>(
+fn step_vjp_any<A: Real, F: DiffField<A> + ?Sized>(
     field: &F,
-    at: StepAt<'_>,
-    lambda: &mut Vec<f64>,
-    g_theta: &mut [f64],
+    at: StepAt<'_, A>,
+    lambda: &mut Vec<A>,
+    g_theta: &mut [A],
 ) {
     match field.manual_vjp() {
         Some(m) => step_vjp_manual(m, at, lambda, g_theta),
@@ -612,7 +611,12 @@ fn step_vjp_any<F: DiffField + ?Sized>(
 /// lambda`), then for `i` from the last evaluated stage down to 0: `zbar_i = J_i^T kbar_i`,
 /// `ybar += zbar_i`, `kbar_j += dt a_ij zbar_i` for `j < i`, `thetabar += (df/dtheta)_i^T
 /// kbar_i`. `lambda <- ybar`.
-fn step_vjp_manual(m: &dyn ManualVjp, at: StepAt<'_>, lambda: &mut Vec<f64>, g_theta: &mut [f64]) {
+fn step_vjp_manual<A: Real>(
+    m: &dyn ManualVjp<A>,
+    at: StepAt<'_, A>,
+    lambda: &mut Vec<A>,
+    g_theta: &mut [A],
+) {
     let StepAt {
         tab,
         rk,
@@ -623,8 +627,8 @@ fn step_vjp_manual(m: &dyn ManualVjp, at: StepAt<'_>, lambda: &mut Vec<f64>, g_t
     } = at;
     let d = y.len();
     let dt = tnext - tprev;
-    let mut ks = vec![0.0; tab.stages() * d];
-    let mut z = vec![0.0; d];
+    let mut ks = vec![A::zero(); tab.stages() * d];
+    let mut z = vec![A::zero(); d];
     // Stages evaluated: all but an FSAL tableau's last.
     let evaluated = rk.evaluated_for_state();
     rk.stages(
@@ -638,16 +642,16 @@ fn step_vjp_manual(m: &dyn ManualVjp, at: StepAt<'_>, lambda: &mut Vec<f64>, g_t
         &mut |i, t, z, k| m.eval_kept(i, t, z, theta, k),
     );
     // Cotangents of the stage derivatives from y' (y's own path: ybar = lambda).
-    let mut kbar = vec![0.0; tab.stages() * d];
+    let mut kbar = vec![A::zero(); tab.stages() * d];
     for (j, &wj) in rk.output_weights().iter().enumerate().take(evaluated) {
-        if wj != 0.0 {
+        if wj != A::zero() {
             for (kb, &l) in kbar[j * d..(j + 1) * d].iter_mut().zip(lambda.iter()) {
                 *kb += wj * dt * l;
             }
         }
     }
     let mut ybar = lambda.clone();
-    let mut zbar = vec![0.0; d];
+    let mut zbar = vec![A::zero(); d];
     for i in (0..evaluated).rev() {
         let (before, this) = kbar.split_at_mut(i * d);
         m.vjp_kept(i, theta, &this[..d], &mut zbar, g_theta);
@@ -655,7 +659,7 @@ fn step_vjp_manual(m: &dyn ManualVjp, at: StepAt<'_>, lambda: &mut Vec<f64>, g_t
             *yb += zb;
         }
         for (j, &aij) in rk.a_row(i).iter().enumerate() {
-            if aij != 0.0 {
+            if aij != A::zero() {
                 for (kb, &zb) in before[j * d..(j + 1) * d].iter_mut().zip(&zbar) {
                     *kb += aij * dt * zb;
                 }
@@ -665,12 +669,14 @@ fn step_vjp_manual(m: &dyn ManualVjp, at: StepAt<'_>, lambda: &mut Vec<f64>, g_t
     *lambda = ybar;
 }
 
-/// One step's VJP on a taped one-step graph.
-fn step_vjp<F: DiffField + ?Sized>(
+/// One step's VJP on a taped one-step graph. The tape is f64: `y`, `theta`, the times and
+/// `lambda` are widened on the way in and the cotangents rounded to `A` on the way out (both
+/// exact for `A = f64`).
+fn step_vjp<A: Real, F: DiffField<A> + ?Sized>(
     field: &F,
-    at: StepAt<'_>,
-    lambda: &mut Vec<f64>,
-    g_theta: &mut [f64],
+    at: StepAt<'_, A>,
+    lambda: &mut Vec<A>,
+    g_theta: &mut [A],
 ) {
     let StepAt {
         tab,
@@ -680,10 +686,11 @@ fn step_vjp<F: DiffField + ?Sized>(
         y,
         theta,
     } = at;
+    let wide = |v: &[A]| v.iter().map(|x| x.as_f64()).collect::<Vec<f64>>();
     let dev = device();
-    let dt = tnext - tprev;
-    let y_leaf = taped_leaf(&dev, y);
-    let th_leaf = taped_leaf(&dev, theta);
+    let dt = (tnext - tprev).as_f64();
+    let y_leaf = taped_leaf(&dev, &wide(y));
+    let th_leaf = taped_leaf(&dev, &wide(theta));
     let st = tab.stages();
     let mut parked: Vec<Tape64> = Vec::with_capacity(st);
     let mut fs: Vec<Taped> = Vec::with_capacity(st);
@@ -695,7 +702,7 @@ fn step_vjp<F: DiffField + ?Sized>(
                 yi = yi + taped_reuse(&fs[j]) * (aij * dt);
             }
         }
-        let ti = rk.stage_time(i, tprev, tnext);
+        let ti = rk.stage_time(i, tprev, tnext).as_f64();
         if i == st - 1 && tab.fsal() {
             // y_{k+1} is the last stage's input; the last stage does not affect it.
             last_input = Some(yi);
@@ -718,11 +725,16 @@ fn step_vjp<F: DiffField + ?Sized>(
             acc
         }
     };
-    let mut g = taped_vjp(y_next, lambda, parked, &[&y_leaf, &th_leaf]);
+    let mut g = taped_vjp(y_next, &wide(lambda), parked, &[&y_leaf, &th_leaf]);
     let gt = g.pop().unwrap_or_default();
-    *lambda = g.pop().unwrap_or_default();
+    *lambda = g
+        .pop()
+        .unwrap_or_default()
+        .into_iter()
+        .map(A::of_f64)
+        .collect();
     for (acc, v) in g_theta.iter_mut().zip(gt) {
-        *acc += v;
+        *acc += A::of_f64(v);
     }
 }
 

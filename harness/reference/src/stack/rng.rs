@@ -53,9 +53,16 @@ pub fn stream_key(seed: u64, layer: u64, tensor: u64) -> u64 {
 /// Element `index` of the stream `key`: uniform in `[-1, 1)`, a multiple of `2^-23`.
 #[inline(always)]
 pub fn uniform_at(key: u64, index: u64) -> f32 {
-    let h = mix64(key.wrapping_add(index.wrapping_add(1).wrapping_mul(GOLDEN)));
-    // 24 high bits -> [0, 2^24) -> [-2^23, 2^23) (exact in i32 and in f32) -> [-1, 1) exactly
-    ((h >> 40) as i64 - (1 << 23)) as f32 * (1.0 / (1u32 << 23) as f32)
+    centred(mix64(
+        key.wrapping_add(index.wrapping_add(1).wrapping_mul(GOLDEN)),
+    ))
+}
+
+/// A hash's 24 high bits as a uniform value in `[-1, 1)`: `[0, 2^24) -> [-2^23, 2^23)` (exact in
+/// i32 and in f32) `-> [-1, 1)` exactly.
+#[inline(always)]
+fn centred(h: u64) -> f32 {
+    ((h >> 40) as i32 - (1 << 23)) as f32 * (1.0 / (1u32 << 23) as f32)
 }
 
 /// Uniform in `[-1, 1)` for `(seed, layer, tensor, index)`.
@@ -77,8 +84,12 @@ pub fn init_value(seed: u64, layer: u64, tensor: u64, index: u64, fan_in: usize)
 /// Fill `out` with the canonical values of elements `start .. start + out.len()` of one stream.
 #[inline]
 pub fn fill_f32(key: u64, lim: f32, start: u64, out: &mut [f32]) {
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = uniform_at(key, start + i as u64) * lim;
+    // the counter `key + (i + 1) GOLDEN` advanced by one addition per element (the same value
+    // modulo 2^64 as `uniform_at`'s product, which the loop would otherwise repeat per element)
+    let mut z = key.wrapping_add(start.wrapping_add(1).wrapping_mul(GOLDEN));
+    for o in out.iter_mut() {
+        *o = centred(mix64(z)) * lim;
+        z = z.wrapping_add(GOLDEN);
     }
 }
 
@@ -204,6 +215,11 @@ mod tests {
             let same =
                 |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
             fill_f32(key, 0.03125, start, &mut slow);
+            // the running counter of the loop is the per-element hash's counter, wrapping included
+            for (i, &x) in slow.iter().enumerate() {
+                let want = uniform_at(key, start.wrapping_add(i as u64)) * 0.03125;
+                assert_eq!(x.to_bits(), want.to_bits(), "element {i} from {start}");
+            }
             fill_f32_vectorised(key, 0.03125, start, &mut fast);
             assert!(same(&fast, &slow));
             for level in Simd::available() {

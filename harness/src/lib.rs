@@ -24,7 +24,7 @@
 /// The reference implementation crate, whole (its [`Error`](reference::Error) is the error of
 /// every reference call).
 pub use harness_reference as reference;
-pub use harness_reference::{backend, cnf, ode, optim, pool, stack, stage, tree};
+pub use harness_reference::{backend, cnf, help, ode, optim, pool, stack, stage, tree};
 
 pub mod bench;
 pub mod budget;

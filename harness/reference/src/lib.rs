@@ -14,8 +14,8 @@
 //! - [`stack`]: stacked low-precision layer initialisation with five strategies and their
 //!   analytic memory bounds;
 //! - [`stage`]: the specialisation cache (the analogue of `jax.jit`'s trace cache), and
-//!   [`tree`], [`backend`], [`pool`]: the tensor trees, the dfdx and GEMM plumbing and the
-//!   fork-join threads the kernels share.
+//!   [`tree`], [`backend`], [`pool`], [`help`]: the tensor trees, the dfdx and GEMM plumbing,
+//!   and the threads the kernels share (a fork-join pool, and helpers for microsecond jobs).
 //!
 //! Every kernel has a dfdx face — its formulas as dfdx tensor operations, the form to read — and
 //! most a fast form that runs by default; [`Face`] selects one where both can run (the ODE solve,
@@ -46,6 +46,7 @@ pub mod backend;
 pub mod cnf;
 pub mod error;
 pub mod face;
+pub mod help;
 pub mod ode;
 pub mod optim;
 pub mod pool;

@@ -94,59 +94,121 @@ impl<A: Real> Lanes<A> {
 /// Terms per block.
 pub const BLOCK: usize = 8192;
 
-/// Blocks from which [`blocked_sum`] (and the line-search objective's value and gradient) split
-/// their work over two threads: 16 blocks, 131,072 terms, half a megabyte of f32. Below, the
-/// wake-ups of a join cost more than the half pass they save: one line-search step on 65,536 f32
-/// (8 blocks; 21 passes over two cache-resident vectors, each a few microseconds) took
-/// 0.23-0.24 ms on one thread against 0.27-0.28 ms with the sums split from 4 blocks and
-/// 0.31 ms from 8 (`harness bench optim`, 2 cores, the same runs alternated).
-pub const PARALLEL_BLOCKS: usize = 16;
+/// Blocks from which [`blocked_sum`] (and the line-search objective's value and gradient) share
+/// their work with the helper threads ([`crate::help`]): 4 blocks, 32,768 terms, 128 KiB of f32.
+/// The helpers spin between back-to-back jobs, so a split costs a fraction of a microsecond
+/// rather than the tens a fork-join through a sleeping pool costs.
+pub const PARALLEL_BLOCKS: usize = 4;
+
+/// A lane-order sum cut into parts that can run anywhere: part `k` is the `k`-th subtree of the
+/// blocks' tree at a fixed depth (empty subtrees are zero), and [`SumSplit::combine`] adds the
+/// parts' totals as the top of the same tree, so the bits equal [`blocked_sum`]'s whatever ran
+/// each part.
+#[derive(Clone, Copy, Debug)]
+pub struct SumSplit {
+    n: usize,
+    blocks: usize,
+    /// Blocks per part (a power of two).
+    span: usize,
+    parts: usize,
+}
+
+impl SumSplit {
+    /// At most this many parts per split sum: the subtrees three levels below the root of the
+    /// blocks' tree, claimed one at a time, so a late or busy helper takes fewer parts and the
+    /// caller more.
+    pub const MAX_PARTS: usize = 8;
+
+    /// The split of a sum of `n` terms into at most 8 parts (1 part below [`PARALLEL_BLOCKS`]
+    /// blocks).
+    pub fn new(n: usize) -> Self {
+        let blocks = n.div_ceil(BLOCK).max(1);
+        let padded = blocks.next_power_of_two();
+        let parts = if blocks >= PARALLEL_BLOCKS {
+            padded.min(Self::MAX_PARTS)
+        } else {
+            1
+        };
+        let span = padded / parts;
+        SumSplit {
+            n,
+            blocks,
+            span,
+            parts,
+        }
+    }
+
+    /// Number of parts (a power of two).
+    pub fn parts(&self) -> usize {
+        self.parts
+    }
+
+    /// The total of part `k` (zero when its subtree holds no block).
+    pub fn part<A: Real>(&self, k: usize, block_total: &impl Fn(usize, usize) -> A) -> A {
+        let first = k * self.span;
+        if self.n == 0 || first >= self.blocks {
+            return A::zero();
+        }
+        tree(
+            first,
+            self.span.min(self.blocks - first),
+            self.n,
+            block_total,
+        )
+    }
+
+    /// The sum from the parts' totals (`totals.len() == parts()`): adjacent pairs added until
+    /// one is left.
+    pub fn combine<A: Real>(&self, totals: &mut [A]) -> A {
+        let mut w = totals.len();
+        while w > 1 {
+            w /= 2;
+            for k in 0..w {
+                totals[k] = totals[2 * k] + totals[2 * k + 1];
+            }
+        }
+        totals.first().copied().unwrap_or_else(A::zero)
+    }
+}
+
+/// The lane-order total of blocks `first .. first + blocks` of a sum of `n` terms: the left half
+/// of the zero-padded power of two, then what remains.
+fn tree<A: Real>(
+    first: usize,
+    blocks: usize,
+    n: usize,
+    block_total: &impl Fn(usize, usize) -> A,
+) -> A {
+    if blocks == 1 {
+        let start = first * BLOCK;
+        return block_total(start, BLOCK.min(n - start));
+    }
+    let half = blocks.next_power_of_two() / 2;
+    tree(first, half, n, block_total) + tree(first + half, blocks - half, n, block_total)
+}
 
 /// `sum_i t_i` for `i < n` in the lane order, given `block_total(start, len)`, the lane-order
-/// total of terms `start .. start + len` of one block. The blocks' tree is walked recursively;
-/// when the caller runs on a rayon worker, the two halves of a range of at least
-/// [`PARALLEL_BLOCKS`] blocks run on two threads (`rayon::join`). A caller outside the pool runs
-/// the tree on its own thread: handing a sum of microseconds to the pool and waiting for it costs
-/// more than the sum (measured: 25 us against 5 us for a 65,536-term dot product); a loop that
-/// wants every core runs inside the pool (`rayon::ThreadPool::install`). The tree, hence every
-/// bit, is the same on any number of threads.
+/// total of terms `start .. start + len` of one block. When the caller runs on a rayon worker
+/// and the sum has at least [`PARALLEL_BLOCKS`] blocks, its parts ([`SumSplit`]) are shared with
+/// the helper threads ([`crate::help::run_parts`]); a caller outside the pool runs the tree on
+/// its own thread (a loop that wants every core runs inside the pool,
+/// `rayon::ThreadPool::install`). The tree, hence every bit, is the same on any number of
+/// threads.
 pub fn blocked_sum<A: Real>(n: usize, block_total: &(impl Fn(usize, usize) -> A + Sync)) -> A {
-    fn range<A: Real>(
-        first: usize,
-        blocks: usize,
-        n: usize,
-        total: &(impl Fn(usize, usize) -> A + Sync),
-        on_worker: bool,
-    ) -> A {
-        if blocks == 1 {
-            let start = first * BLOCK;
-            return total(start, BLOCK.min(n - start));
-        }
-        // the left half of the zero-padded power of two; the right half is what remains
-        let half = blocks.next_power_of_two() / 2;
-        let (left, right) = if blocks >= PARALLEL_BLOCKS && on_worker {
-            rayon::join(
-                || range(first, half, n, total, on_worker),
-                || range(first + half, blocks - half, n, total, on_worker),
-            )
-        } else {
-            (
-                range(first, half, n, total, on_worker),
-                range(first + half, blocks - half, n, total, on_worker),
-            )
+    let split = SumSplit::new(n);
+    if split.parts() == 1 || rayon::current_thread_index().is_none() {
+        return match n {
+            0 => A::zero(),
+            _ => tree(0, n.div_ceil(BLOCK), n, block_total),
         };
-        left + right
     }
-    match n {
-        0 => A::zero(),
-        _ => range(
-            0,
-            n.div_ceil(BLOCK),
-            n,
-            block_total,
-            rayon::current_thread_index().is_some(),
-        ),
-    }
+    let totals: [std::sync::Mutex<A>; SumSplit::MAX_PARTS] = Default::default();
+    crate::help::run_parts(split.parts(), &|k| {
+        let t = split.part(k, block_total);
+        *totals[k].lock().unwrap_or_else(|e| e.into_inner()) = t;
+    });
+    let mut totals = totals.map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner()));
+    split.combine(&mut totals[..split.parts()])
 }
 
 /// One block's lane-order total of `x_i` (or of `x_i y_i` when `y` is given): a [`Kernel`].
@@ -286,6 +348,49 @@ mod tests {
         assert_eq!(on(1), by_definition(&x).to_bits());
         // outside any pool: the same tree on the caller's thread
         assert_eq!(lane_sum(&x).to_bits(), on(2));
+    }
+
+    #[test]
+    fn a_split_sum_gives_the_trees_bits_whatever_order_its_parts_run_in() {
+        // term sizes spread over six decades, so that any other order of the adds rounds
+        // differently
+        let x: Vec<f32> = (0..33 * BLOCK + 1)
+            .map(|i| (i as f32 * 0.37).sin() * 10f32.powi((i % 7) as i32 - 3))
+            .collect();
+        let p = PARALLEL_BLOCKS * BLOCK;
+        for n in [
+            0,
+            1,
+            p - 1,
+            p,
+            p + 1,
+            5 * BLOCK + 3,
+            9 * BLOCK + 77,
+            16 * BLOCK,
+            33 * BLOCK + 1,
+        ] {
+            let x = &x[..n];
+            let split = SumSplit::new(n);
+            assert!(split.parts().is_power_of_two() && split.parts() <= SumSplit::MAX_PARTS);
+            assert_eq!(
+                split.parts() > 1,
+                n.div_ceil(BLOCK) >= PARALLEL_BLOCKS,
+                "{n}"
+            );
+            let block = |start: usize, len: usize| lane_sum(&x[start..start + len]);
+            let mut totals = vec![0f32; split.parts()];
+            for k in (0..split.parts()).rev() {
+                totals[k] = split.part(k, &block);
+            }
+            let want = by_definition(x).to_bits();
+            assert_eq!(split.combine(&mut totals).to_bits(), want, "{n} terms");
+            // on a rayon worker, the parts shared with the helper threads
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .unwrap();
+            assert_eq!(pool.install(|| lane_sum(x)).to_bits(), want, "{n} terms");
+        }
     }
 
     #[test]

@@ -6,12 +6,11 @@
 //! in the workspace's fixed order ([`crate::backend::lanes`]), where XLA chooses its own, so
 //! golden cases replay to the last few bits.
 
-use crate::backend::{
-    blocked_sum, vectorised, Array, Kernel, Lanes, Real, BLOCK, LANES, PARALLEL_BLOCKS,
-};
+use crate::backend::{blocked_sum, vectorised, Array, Kernel, Lanes, Real, SumSplit, LANES};
 use crate::stage::{HasSignature, LeafSig, Signature};
 use crate::tree::Tree;
 use crate::{Error, Result};
+use std::sync::Mutex;
 
 /// A differentiable scalar function of a parameter tree.
 pub trait Objective<A: Real> {
@@ -243,25 +242,24 @@ impl<A: Real> Kernel for GradInterior<'_, A> {
     }
 }
 
-/// [`Rosenbrock`]'s gradient at `x` into `g`: the first coordinate has no left term, the last
-/// only its left term; the interior splits in two halves over the pool when called on a rayon
-/// worker and long enough ([`crate::backend::PARALLEL_BLOCKS`] blocks).
+/// [`Rosenbrock`]'s gradient at `x` into `g`, on this thread: the first coordinate has no left
+/// term, the last only its left term.
 fn rosenbrock_grad<A: Real>(x: &[A], g: &mut [A]) {
     let dim = x.len();
-    let d = |x0: A, x1: A| x1 - x0 * x0;
     if dim >= 3 {
-        let inner = &mut g[1..dim - 1];
-        if rayon::current_thread_index().is_some() && inner.len() >= PARALLEL_BLOCKS * BLOCK {
-            let h = inner.len() / 2;
-            let (a, b) = inner.split_at_mut(h);
-            rayon::join(
-                || vectorised(GradInterior { x, lo: 1, g: a }),
-                || vectorised(GradInterior { x, lo: 1 + h, g: b }),
-            );
-        } else {
-            vectorised(GradInterior { x, lo: 1, g: inner });
-        }
+        vectorised(GradInterior {
+            x,
+            lo: 1,
+            g: &mut g[1..dim - 1],
+        });
     }
+    rosenbrock_grad_ends(x, g);
+}
+
+/// The first and last coordinates of [`Rosenbrock`]'s gradient.
+fn rosenbrock_grad_ends<A: Real>(x: &[A], g: &mut [A]) {
+    let dim = x.len();
+    let d = |x0: A, x1: A| x1 - x0 * x0;
     if dim >= 2 {
         g[0] =
             (A::zero() - c::<A>(400.0) * d(x[0], x[1]) * x[0]) - c::<A>(2.0) * (c::<A>(1.0) - x[0]);
@@ -269,6 +267,53 @@ fn rosenbrock_grad<A: Real>(x: &[A], g: &mut [A]) {
     } else if dim == 1 {
         g[0] = A::zero();
     }
+}
+
+/// [`Rosenbrock`]'s value and gradient at `x` (gradient into `g`). On a rayon worker, when the
+/// sum is long enough to split ([`SumSplit`]), the value's parts and as many ranges of the
+/// gradient's interior run as one job shared with the helper threads ([`crate::help`]); every
+/// coordinate and the sum's tree are the same whoever runs them.
+fn rosenbrock_value_and_grad<A: Real>(x: &[A], g: &mut [A]) -> A {
+    let dim = x.len();
+    let split = SumSplit::new(dim.saturating_sub(1));
+    if split.parts() == 1 || dim < 3 || rayon::current_thread_index().is_none() {
+        rosenbrock_grad(x, g);
+        return rosenbrock_sum(At(x));
+    }
+    let p = split.parts();
+    rosenbrock_grad_ends(x, g);
+    let inner = &mut g[1..dim - 1];
+    let width = inner.len().div_ceil(p);
+    let mut ranges = inner.chunks_mut(width);
+    let ranges: [Mutex<Option<&mut [A]>>; SumSplit::MAX_PARTS] =
+        std::array::from_fn(|_| Mutex::new(ranges.next()));
+    let totals: [Mutex<A>; SumSplit::MAX_PARTS] = Default::default();
+    let block_total = |start, len| {
+        vectorised(RosenbrockBlock {
+            point: At(x),
+            start,
+            len,
+            dtype: std::marker::PhantomData,
+        })
+    };
+    // the gradient's ranges (the heavier parts) first, then the value's subtrees
+    crate::help::run_parts(2 * p, &|k| {
+        if k < p {
+            let range = ranges[k].lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(g) = range {
+                vectorised(GradInterior {
+                    x,
+                    lo: 1 + k * width,
+                    g,
+                });
+            }
+        } else {
+            let t = split.part(k - p, &block_total);
+            *totals[k - p].lock().unwrap_or_else(|e| e.into_inner()) = t;
+        }
+    });
+    let mut totals = totals.map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner()));
+    split.combine(&mut totals[..p])
 }
 
 /// The tree's leaves as one slice: borrowed when there is a single leaf, concatenated otherwise.
@@ -287,12 +332,7 @@ impl<A: Real> Objective<A> for Rosenbrock {
     fn value_and_grad(&self, x: &Tree<A>) -> Result<(A, Tree<A>)> {
         let f = contiguous(x);
         let mut g = vec![A::zero(); f.len()];
-        let v = if rayon::current_thread_index().is_some() && f.len() >= PARALLEL_BLOCKS * BLOCK {
-            rayon::join(|| rosenbrock_sum(At(&f)), || rosenbrock_grad(&f, &mut g)).0
-        } else {
-            rosenbrock_grad(&f, &mut g);
-            rosenbrock_sum(At(&f))
-        };
+        let v = rosenbrock_value_and_grad(&f, &mut g);
         Ok((v, unflatten_owned(x, g)))
     }
     fn value_along(&self, w: &Tree<A>, eta: A, u: &Tree<A>) -> Result<A> {

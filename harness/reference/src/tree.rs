@@ -98,16 +98,8 @@ pub fn apply_updates<E: Float>(params: &Tree<E>, updates: &Tree<E>) -> Result<Tr
             .iter()
             .zip(updates.0.values())
             .map(|((k, p), u)| {
-                let data = p
-                    .data()
-                    .iter()
-                    .zip(u.data())
-                    .map(|(&p, &u)| E::from_acc(p.to_acc() + u.to_acc()))
-                    .collect();
-                (
-                    k.clone(),
-                    Array::new(p.shape().to_vec(), data).expect("same shape"),
-                )
+                let sum = p.zip_map_vectorised(u, |p, u| E::from_acc(p.to_acc() + u.to_acc()));
+                (k.clone(), sum)
             })
             .collect(),
     ))

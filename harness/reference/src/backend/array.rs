@@ -3,6 +3,8 @@
 use super::{Flat, Float};
 use dfdx::prelude::{Cpu, TensorFrom};
 use std::fmt::Debug;
+use std::mem::MaybeUninit;
+use std::sync::Mutex;
 
 /// A dense, row-major, runtime-shaped tensor owning its buffer.
 #[derive(Clone, PartialEq)]
@@ -87,6 +89,58 @@ impl<E: Copy + Default> Array<E> {
 }
 
 impl<E: Float> Array<E> {
+    /// Element-wise map into a new array, like [`Array::map`], with the loop compiled for the
+    /// CPU's widest vectors ([`super::vectorised`]) and, on a rayon worker, for arrays of at
+    /// least [`super::PARALLEL_BLOCKS`] blocks, its ranges shared with the helper threads
+    /// ([`crate::help`]). Each element is `f` of its own input, so the bits are [`Array::map`]'s.
+    ///
+    /// ```
+    /// use harness_reference::backend::Array;
+    /// let a = Array::vector(vec![1.0f32, 2.0, 3.0]);
+    /// assert_eq!(a.map_vectorised(|x| 2.0 * x).data(), &[2.0, 4.0, 6.0]);
+    /// ```
+    pub fn map_vectorised<F: Float>(&self, f: impl Fn(E) -> F + Sync) -> Array<F> {
+        let x = self.data.as_slice();
+        Array {
+            shape: self.shape.clone(),
+            data: elementwise(x.len(), &|start, out: &mut [MaybeUninit<F>]| {
+                for (o, &a) in out.iter_mut().zip(&x[start..]) {
+                    o.write(f(a));
+                }
+            }),
+        }
+    }
+
+    /// `f(self_i, other_i)` for every element into a new array, as [`Array::map_vectorised`]
+    /// runs its loop; `other` must have `self`'s length (checked).
+    ///
+    /// ```
+    /// use harness_reference::backend::Array;
+    /// let (a, b) = (Array::vector(vec![1.0f32, 2.0]), Array::vector(vec![0.5f32, 0.25]));
+    /// assert_eq!(a.zip_map_vectorised(&b, |x, y| x + y).data(), &[1.5, 2.25]);
+    /// ```
+    pub fn zip_map_vectorised<F: Float>(
+        &self,
+        other: &Array<E>,
+        f: impl Fn(E, E) -> F + Sync,
+    ) -> Array<F> {
+        assert_eq!(
+            self.len(),
+            other.len(),
+            "zip_map_vectorised: lengths differ"
+        );
+        let (x, y) = (self.data.as_slice(), other.data.as_slice());
+        Array {
+            shape: self.shape.clone(),
+            data: elementwise(x.len(), &|start, out: &mut [MaybeUninit<F>]| {
+                let (x, y) = (&x[start..], &y[start..]);
+                for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
+                    o.write(f(a, b));
+                }
+            }),
+        }
+    }
+
     /// Move the buffer into a flat dfdx tensor (no copy).
     pub fn into_dfdx(self, dev: &Cpu) -> (Vec<usize>, Flat<E>) {
         let n = self.data.len();
@@ -108,4 +162,56 @@ impl<E: Float> Array<E> {
     pub fn cast<F: Float>(&self) -> Array<F> {
         self.map(|x| F::of_f64(x.as_f64()))
     }
+}
+
+/// A vector of `n` elements, every one written by `write(start, out)`, which fills `out` with
+/// elements `start .. start + out.len()`: one call compiled for the CPU's widest vectors, or, on a
+/// rayon worker for at least [`super::PARALLEL_BLOCKS`] blocks, up to 8 calls over equal ranges
+/// shared with the helper threads.
+fn elementwise<F: Float>(
+    n: usize,
+    write: &(impl Fn(usize, &mut [MaybeUninit<F>]) + Sync),
+) -> Vec<F> {
+    /// One range of the output, as a [`super::Kernel`].
+    struct Range<'a, W, F> {
+        write: &'a W,
+        start: usize,
+        out: &'a mut [MaybeUninit<F>],
+    }
+    impl<W: Fn(usize, &mut [MaybeUninit<F>]), F> super::Kernel for Range<'_, W, F> {
+        type Output = ();
+        #[inline(always)]
+        fn run(self) {
+            (self.write)(self.start, self.out)
+        }
+    }
+    let mut v: Vec<F> = Vec::with_capacity(n);
+    let out = &mut v.spare_capacity_mut()[..n];
+    let blocks = n.div_ceil(super::BLOCK);
+    if blocks < super::PARALLEL_BLOCKS || rayon::current_thread_index().is_none() {
+        super::vectorised(Range {
+            write,
+            start: 0,
+            out,
+        });
+    } else {
+        const PARTS: usize = 8;
+        let width = n.div_ceil(PARTS);
+        let mut ranges = out.chunks_mut(width);
+        let ranges: [Mutex<Option<&mut [MaybeUninit<F>]>>; PARTS] =
+            std::array::from_fn(|_| Mutex::new(ranges.next()));
+        crate::help::run_parts(PARTS, &|k| {
+            if let Some(out) = ranges[k].lock().unwrap_or_else(|e| e.into_inner()).take() {
+                super::vectorised(Range {
+                    write,
+                    start: k * width,
+                    out,
+                });
+            }
+        });
+    }
+    // SAFETY: every one of the first `n` slots was written above: the ranges cover `0..n`, and
+    // `run_parts` returns only after every part has run (a panicking part panics here first)
+    unsafe { v.set_len(n) };
+    v
 }

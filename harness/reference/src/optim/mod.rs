@@ -136,7 +136,7 @@ impl<E: Float> Transform<E> for ScaleByLearningRate {
     fn update(&self, u: &Tree<E>, _s: &NoState, _p: &Tree<E>) -> Result<(Tree<E>, NoState)> {
         let step = E::of_f64(-self.learning_rate).to_acc();
         Ok((
-            u.map(|a| a.map(|x| E::from_acc(x.to_acc() * step))),
+            u.map(|a| a.map_vectorised(|x| E::from_acc(x.to_acc() * step))),
             NoState,
         ))
     }

@@ -47,7 +47,7 @@ use super::armijo::Armijo;
 use super::dfdx_face::DfdxKernels;
 use super::objective::Objective;
 use super::LineSearch;
-use crate::backend::{lane_dot, Array, DType, Real};
+use crate::backend::{lane_dot, DType, Real};
 use crate::error::ensure;
 use crate::ode::numerics::nan_min;
 use crate::stage::{HasSignature, KeyHasher, LeafSig, Signature};
@@ -328,18 +328,7 @@ pub fn add_scale<A: Real>(params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A> {
         params
             .iter()
             .zip(u.iter())
-            .map(|((k, p), (_, d))| {
-                let data = p
-                    .data()
-                    .iter()
-                    .zip(d.data())
-                    .map(|(&p, &d)| p + eta * d)
-                    .collect();
-                (
-                    k.clone(),
-                    Array::new(p.shape().to_vec(), data).expect("same shape"),
-                )
-            })
+            .map(|((k, p), (_, d))| (k.clone(), p.zip_map_vectorised(d, |p, d| p + eta * d)))
             .collect(),
     )
 }
@@ -467,7 +456,7 @@ impl ScaleByBacktrackingLinesearch {
         if failed && h.recover_from_zero_lr {
             new_value = A::infinity();
         }
-        let out = updates.map(|a| a.map(|x| new_lr * x));
+        let out = updates.map(|a| a.map_vectorised(|x| new_lr * x));
         let next = LineSearchState {
             learning_rate: Scalar::strong(new_lr),
             value: Scalar::strong(new_value),

@@ -62,7 +62,13 @@ pub fn uniform_at(key: u64, index: u64) -> f32 {
 /// i32 and in f32) `-> [-1, 1)` exactly.
 #[inline(always)]
 fn centred(h: u64) -> f32 {
-    ((h >> 40) as i32 - (1 << 23)) as f32 * (1.0 / (1u32 << 23) as f32)
+    centred_integer(h) * (1.0 / (1u32 << 23) as f32)
+}
+
+/// A hash's 24 high bits as an integer in `[-2^23, 2^23)`, exact in f32.
+#[inline(always)]
+fn centred_integer(h: u64) -> f32 {
+    ((h >> 40) as i32 - (1 << 23)) as f32
 }
 
 /// Uniform in `[-1, 1)` for `(seed, layer, tensor, index)`.
@@ -87,8 +93,12 @@ pub fn fill_f32(key: u64, lim: f32, start: u64, out: &mut [f32]) {
     // the counter `key + (i + 1) GOLDEN` advanced by one addition per element (the same value
     // modulo 2^64 as `uniform_at`'s product, which the loop would otherwise repeat per element)
     let mut z = key.wrapping_add(start.wrapping_add(1).wrapping_mul(GOLDEN));
+    // `(k 2^-23) lim` with one product: `k 2^-23` and `lim 2^-23` are exact (powers of two scale
+    // without rounding, and neither is subnormal: |k| >= 1 or k = 0, and lim = 1/sqrt(fan_in) is
+    // far above 2^-103), so both forms round the same real `k lim 2^-23` once
+    let scale = lim * (1.0 / (1u32 << 23) as f32);
     for o in out.iter_mut() {
-        *o = centred(mix64(z)) * lim;
+        *o = centred_integer(mix64(z)) * scale;
         z = z.wrapping_add(GOLDEN);
     }
 }
@@ -207,24 +217,33 @@ mod tests {
     fn the_vectorised_fill_equals_the_portable_one_bit_for_bit() {
         let mut fast = vec![0f32; 1000];
         let mut slow = vec![0f32; 1000];
-        for (key, start) in [
+        let lims = [0.03125, limit(3), limit(1000), limit(1 << 30)];
+        for ((key, start), lim) in [
             (0u64, 0u64),
             (stream_key(7, 3, 1), 12_345),
             (u64::MAX, u64::MAX - 500),
-        ] {
+        ]
+        .into_iter()
+        .flat_map(|ks| lims.map(|l| (ks, l)))
+        {
             let same =
                 |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
-            fill_f32(key, 0.03125, start, &mut slow);
-            // the running counter of the loop is the per-element hash's counter, wrapping included
+            fill_f32(key, lim, start, &mut slow);
+            // the loop's running counter and single product give the per-element value, the
+            // counter's wrap-around included
             for (i, &x) in slow.iter().enumerate() {
-                let want = uniform_at(key, start.wrapping_add(i as u64)) * 0.03125;
-                assert_eq!(x.to_bits(), want.to_bits(), "element {i} from {start}");
+                let want = uniform_at(key, start.wrapping_add(i as u64)) * lim;
+                assert_eq!(
+                    x.to_bits(),
+                    want.to_bits(),
+                    "element {i} from {start}, lim {lim}"
+                );
             }
-            fill_f32_vectorised(key, 0.03125, start, &mut fast);
+            fill_f32_vectorised(key, lim, start, &mut fast);
             assert!(same(&fast, &slow));
             for level in Simd::available() {
                 fast.fill(0.0);
-                fill_f32_at(level, key, 0.03125, start, &mut fast);
+                fill_f32_at(level, key, lim, start, &mut fast);
                 assert!(same(&fast, &slow), "{level:?}");
             }
         }

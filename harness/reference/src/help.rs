@@ -40,7 +40,7 @@
 //! assert_eq!(total, 499_500);
 //! ```
 
-use crate::pool::SPIN;
+use crate::pool::spin_until;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -228,22 +228,6 @@ fn helper(shared: &'static Shared) {
             job.panicked.store(true, Ordering::Relaxed);
         }
         shared.gate.fetch_sub(1, Ordering::Release);
-    }
-}
-
-/// Poll `ready` for at most [`SPIN`]; `true` when it became true.
-fn spin_until(ready: impl Fn() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        for _ in 0..32 {
-            if ready() {
-                return true;
-            }
-            std::hint::spin_loop();
-        }
-        if start.elapsed() >= SPIN {
-            return false;
-        }
     }
 }
 

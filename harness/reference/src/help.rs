@@ -10,8 +10,12 @@
 //!
 //! This is for jobs of a few microseconds, the passes of a line search over a vector that lives
 //! in the caches, where a fork-join through a sleeping pool (a futex wake-up, tens of
-//! microseconds) costs more than the half it saves. Helpers poll for [`crate::pool::SPIN`]
-//! after each job before they park, so back-to-back jobs find them awake.
+//! microseconds) costs more than the half it saves. Helpers poll for about
+//! [`crate::pool::SPIN`] after each job before they park (yielding their core between polls, in
+//! case the scheduler put them beside the caller), so back-to-back jobs find them awake. Parked
+//! helpers are woken at most once a millisecond; jobs published meanwhile run on their caller
+//! alone, so a machine whose other cores keep the helpers asleep costs about what one thread
+//! costs.
 //!
 //! How a job is handed over, with no allocation and no lock on the fast path:
 //! - one job at a time: a caller that finds the slot taken (another thread's job, or a part
@@ -40,7 +44,6 @@
 //! assert_eq!(total, 499_500);
 //! ```
 
-use crate::pool::spin_until;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -69,7 +72,7 @@ impl Job<'_> {
 }
 
 /// The shortest time between two wake-ups of parked helpers.
-const WAKE_INTERVAL: std::time::Duration = std::time::Duration::from_micros(200);
+const WAKE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Polls of the gate before a caller waiting for the helpers inside starts yielding its core.
 const WAIT_POLLS: u32 = 1 << 12;
@@ -145,6 +148,26 @@ pub fn run_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
             return;
         }
     };
+    // Parked helpers are woken at most once per WAKE_INTERVAL: a wake-up is a system call (an
+    // interrupt to another core in a virtual machine) and the helper takes tens of
+    // microseconds to come back, longer than such a job. Until then, and when helpers keep
+    // falling asleep between jobs (their core is slow to reach, or busy), this thread runs
+    // the parts alone.
+    let parked = shared.parked.load(Ordering::SeqCst) > 0;
+    let wake = parked && {
+        let now = shared.epoch.elapsed().as_nanos() as u64;
+        let last = shared.last_wake.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= WAKE_INTERVAL.as_nanos() as u64
+            && shared
+                .last_wake
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    };
+    if parked && !wake {
+        shared.busy.store(false, Ordering::Release);
+        (0..parts).for_each(part);
+        return;
+    }
     let job = Job {
         part,
         parts,
@@ -157,21 +180,9 @@ pub fn run_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
     shared.job.store(ptr, Ordering::Release);
     shared.gate.fetch_or(OPEN, Ordering::AcqRel);
     shared.generation.fetch_add(1, Ordering::SeqCst);
-    if shared.parked.load(Ordering::SeqCst) > 0 {
-        // a wake-up is a system call (an interrupt to another core in a virtual machine), tens
-        // of microseconds: at most one per WAKE_INTERVAL, and parked helpers miss the jobs
-        // between, which this thread runs alone
-        let now = shared.epoch.elapsed().as_nanos() as u64;
-        let last = shared.last_wake.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= WAKE_INTERVAL.as_nanos() as u64
-            && shared
-                .last_wake
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            let _guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
-            shared.wake.notify_all();
-        }
+    if wake {
+        let _guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+        shared.wake.notify_all();
     }
 
     /// Closes the gate and waits for the helpers inside, also when a part of the caller's
@@ -207,7 +218,7 @@ pub fn run_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
 fn helper(shared: &'static Shared) {
     let mut seen = shared.generation.load(Ordering::Acquire);
     loop {
-        if !spin_until(|| shared.generation.load(Ordering::Acquire) != seen) {
+        if !poll_yielding(|| shared.generation.load(Ordering::Acquire) != seen) {
             let mut guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
             shared.parked.fetch_add(1, Ordering::SeqCst);
             while shared.generation.load(Ordering::SeqCst) == seen {
@@ -228,6 +239,71 @@ fn helper(shared: &'static Shared) {
             job.panicked.store(true, Ordering::Relaxed);
         }
         shared.gate.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Poll `ready` until about [`crate::pool::SPIN`] of polling has gone by, yielding the core
+/// between batches of polls: when the scheduler has put this helper on the caller's core, the
+/// caller runs instead of waiting for the helper's time slice to end. Only time spent polling
+/// counts: a batch that took longer than [`BATCH_CAP`] (this thread was descheduled, or a yield
+/// let another thread run) counts as `BATCH_CAP`, so a helper that loses its core for a while
+/// comes back polling rather than parked.
+fn poll_yielding(ready: impl Fn() -> bool) -> bool {
+    let mut polled = std::time::Duration::ZERO;
+    let mut last = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        let now = Instant::now();
+        polled += (now - last).min(BATCH_CAP);
+        last = now;
+        if polled >= crate::pool::SPIN {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// The most one batch of polls counts towards a helper's polling time.
+const BATCH_CAP: std::time::Duration = std::time::Duration::from_micros(5);
+
+/// A part's own output: a value behind a lock (uncontended: each part touches only its own
+/// slot), alone on its cache lines, so that parts finishing on different cores do not pass one
+/// line back and forth.
+///
+/// ```
+/// use harness_reference::help::{run_parts, Slot};
+/// let slots: [Slot<u32>; 3] = Default::default();
+/// run_parts(3, &|i| slots[i].put(10 * i as u32));
+/// assert_eq!(slots.map(Slot::into_inner), [0, 10, 20]);
+/// ```
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct Slot<T>(Mutex<T>);
+
+impl<T> Slot<T> {
+    /// A slot holding `x`.
+    pub fn new(x: T) -> Self {
+        Slot(Mutex::new(x))
+    }
+    /// Replace the value.
+    pub fn put(&self, x: T) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = x;
+    }
+    /// Take the value out, leaving `T::default()`.
+    pub fn take(&self) -> T
+    where
+        T: Default,
+    {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+    /// The value.
+    pub fn into_inner(self) -> T {
+        self.0.into_inner().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 pub const SPIN: Duration = Duration::from_micros(50);
 
 /// Poll `ready` for at most [`SPIN`]; `true` when it became true.
-pub(crate) fn spin_until(ready: impl Fn() -> bool) -> bool {
+fn spin_until(ready: impl Fn() -> bool) -> bool {
     let start = Instant::now();
     loop {
         if ready() {

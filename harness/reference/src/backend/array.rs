@@ -4,7 +4,6 @@ use super::{Flat, Float};
 use dfdx::prelude::{Cpu, TensorFrom};
 use std::fmt::Debug;
 use std::mem::MaybeUninit;
-use std::sync::Mutex;
 
 /// A dense, row-major, runtime-shaped tensor owning its buffer.
 #[derive(Clone, PartialEq)]
@@ -198,10 +197,10 @@ fn elementwise<F: Float>(
         const PARTS: usize = 8;
         let width = n.div_ceil(PARTS);
         let mut ranges = out.chunks_mut(width);
-        let ranges: [Mutex<Option<&mut [MaybeUninit<F>]>>; PARTS] =
-            std::array::from_fn(|_| Mutex::new(ranges.next()));
+        let ranges: [crate::help::Slot<Option<&mut [MaybeUninit<F>]>>; PARTS] =
+            std::array::from_fn(|_| crate::help::Slot::new(ranges.next()));
         crate::help::run_parts(PARTS, &|k| {
-            if let Some(out) = ranges[k].lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if let Some(out) = ranges[k].take() {
                 super::vectorised(Range {
                     write,
                     start: k * width,

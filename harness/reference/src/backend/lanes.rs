@@ -202,12 +202,11 @@ pub fn blocked_sum<A: Real>(n: usize, block_total: &(impl Fn(usize, usize) -> A 
             _ => tree(0, n.div_ceil(BLOCK), n, block_total),
         };
     }
-    let totals: [std::sync::Mutex<A>; SumSplit::MAX_PARTS] = Default::default();
+    let totals: [crate::help::Slot<A>; SumSplit::MAX_PARTS] = Default::default();
     crate::help::run_parts(split.parts(), &|k| {
-        let t = split.part(k, block_total);
-        *totals[k].lock().unwrap_or_else(|e| e.into_inner()) = t;
+        totals[k].put(split.part(k, block_total))
     });
-    let mut totals = totals.map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner()));
+    let mut totals = totals.map(crate::help::Slot::into_inner);
     split.combine(&mut totals[..split.parts()])
 }
 

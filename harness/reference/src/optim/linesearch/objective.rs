@@ -7,10 +7,10 @@
 //! golden cases replay to the last few bits.
 
 use crate::backend::{blocked_sum, vectorised, Array, Kernel, Lanes, Real, SumSplit, LANES};
+use crate::help::Slot;
 use crate::stage::{HasSignature, LeafSig, Signature};
 use crate::tree::Tree;
 use crate::{Error, Result};
-use std::sync::Mutex;
 
 /// A differentiable scalar function of a parameter tree.
 pub trait Objective<A: Real> {
@@ -285,9 +285,9 @@ fn rosenbrock_value_and_grad<A: Real>(x: &[A], g: &mut [A]) -> A {
     let inner = &mut g[1..dim - 1];
     let width = inner.len().div_ceil(p);
     let mut ranges = inner.chunks_mut(width);
-    let ranges: [Mutex<Option<&mut [A]>>; SumSplit::MAX_PARTS] =
-        std::array::from_fn(|_| Mutex::new(ranges.next()));
-    let totals: [Mutex<A>; SumSplit::MAX_PARTS] = Default::default();
+    let ranges: [Slot<Option<&mut [A]>>; SumSplit::MAX_PARTS] =
+        std::array::from_fn(|_| Slot::new(ranges.next()));
+    let totals: [Slot<A>; SumSplit::MAX_PARTS] = Default::default();
     let block_total = |start, len| {
         vectorised(RosenbrockBlock {
             point: At(x),
@@ -299,8 +299,7 @@ fn rosenbrock_value_and_grad<A: Real>(x: &[A], g: &mut [A]) -> A {
     // the gradient's ranges (the heavier parts) first, then the value's subtrees
     crate::help::run_parts(2 * p, &|k| {
         if k < p {
-            let range = ranges[k].lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(g) = range {
+            if let Some(g) = ranges[k].take() {
                 vectorised(GradInterior {
                     x,
                     lo: 1 + k * width,
@@ -308,11 +307,10 @@ fn rosenbrock_value_and_grad<A: Real>(x: &[A], g: &mut [A]) -> A {
                 });
             }
         } else {
-            let t = split.part(k - p, &block_total);
-            *totals[k - p].lock().unwrap_or_else(|e| e.into_inner()) = t;
+            totals[k - p].put(split.part(k - p, &block_total));
         }
     });
-    let mut totals = totals.map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner()));
+    let mut totals = totals.map(Slot::into_inner);
     split.combine(&mut totals[..p])
 }
 

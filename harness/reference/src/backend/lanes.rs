@@ -19,8 +19,8 @@
 //! single running sum lacks: the sixteen lanes are independent, so the loop runs as SIMD adds
 //! instead of one latency-bound chain (a running f32 sum of 65,536 terms waits about 200,000
 //! cycles on its own adds); the blocks are independent, so a long sum splits over threads
-//! ([`blocked_sum`], which runs two halves of the tree on two threads above
-//! [`PARALLEL_BLOCKS`] blocks); and the rounding error grows like `(8192/16 + 4 + log2 B) u`
+//! ([`blocked_sum`], which from [`PARALLEL_BLOCKS`] blocks cuts the tree into subtrees,
+//! [`SumSplit`], and shares them with helper threads); and the rounding error grows like `(8192/16 + 4 + log2 B) u`
 //! instead of `n u` (Higham, §4.2: the error bound of a sum is set by the depth of its tree).
 //! Padding with zeros does not change a bit: a lane or a total is never `-0` (it starts at `+0`,
 //! and `+0 + x` is `-0` for no `x`), so adding `+0` to it is exact.

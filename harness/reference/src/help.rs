@@ -129,17 +129,16 @@ fn shared() -> Option<&'static Shared> {
     })
 }
 
-/// Helper threads [`run_parts`] shares jobs with (one fewer than the cores; 0 on one core).
-pub fn helpers() -> usize {
-    match shared() {
-        Some(_) => std::thread::available_parallelism().map_or(1, |n| n.get()) - 1,
-        None => 0,
-    }
-}
-
 /// Call `part(i)` for every `i < parts`, on this thread and on whichever helpers are free;
 /// return when every call has returned. A panic in a part is re-raised here after every part
 /// that started has finished.
+///
+/// ```
+/// use harness_reference::help::{run_parts, Slot};
+/// let squares: [Slot<u64>; 5] = Default::default();
+/// run_parts(5, &|i| squares[i].put((i * i) as u64));
+/// assert_eq!(squares.map(Slot::into_inner), [0, 1, 4, 9, 16]);
+/// ```
 pub fn run_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
     let shared = match shared() {
         Some(s) if parts > 1 && !s.busy.swap(true, Ordering::Acquire) => s,

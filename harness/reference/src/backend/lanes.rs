@@ -104,6 +104,22 @@ pub const PARALLEL_BLOCKS: usize = 4;
 /// blocks' tree at a fixed depth (empty subtrees are zero), and [`SumSplit::combine`] adds the
 /// parts' totals as the top of the same tree, so the bits equal [`blocked_sum`]'s whatever ran
 /// each part.
+///
+/// ```
+/// use harness_reference::backend::{lane_sum, SumSplit, BLOCK};
+/// let x: Vec<f32> = (0..5 * BLOCK + 3).map(|i| (i as f32 * 0.1).sin()).collect();
+/// let split = SumSplit::new(x.len());
+/// assert_eq!(split.parts(), 8); // 6 blocks, padded to 8: one block per part, two empty
+/// let block = |start: usize, len: usize| lane_sum(&x[start..start + len]);
+/// // the parts in any order, on any thread
+/// let mut totals: Vec<f32> = (0..8).rev().map(|k| split.part(k, &block)).collect();
+/// totals.reverse();
+/// assert_eq!(split.combine(&mut totals).to_bits(), lane_sum(&x).to_bits());
+/// ```
+///
+/// # References
+/// - N. J. Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., SIAM 2002, §4.2
+///   (the error of a sum follows its tree, so the tree is fixed and only its evaluation moves).
 #[derive(Clone, Copy, Debug)]
 pub struct SumSplit {
     n: usize,

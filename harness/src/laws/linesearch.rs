@@ -123,6 +123,7 @@ impl<A: Real> Objective<A> for CaseObjective {
     fn value_along(&self, w: &Tree<A>, eta: A, u: &Tree<A>) -> Result<A> {
         if self.poison.is_some() {
             // the poison is decided at the candidate: build it
+            w.check_like(u, "direction")?;
             return self.value(&linesearch::add_scale(w, eta, u));
         }
         self.evals.set(self.evals.get() + 1);

@@ -111,7 +111,10 @@ impl<E: Float> Array<E> {
     }
 
     /// `f(self_i, other_i)` for every element into a new array, as [`Array::map_vectorised`]
-    /// runs its loop; `other` must have `self`'s length (checked).
+    /// runs its loop.
+    ///
+    /// # Panics
+    /// When `other`'s length differs from `self`'s.
     ///
     /// ```
     /// use harness_reference::backend::Array;

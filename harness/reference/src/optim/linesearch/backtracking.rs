@@ -323,6 +323,10 @@ pub fn slope<A: Real>(u: &Tree<A>, g: &Tree<A>) -> A {
 }
 
 /// `params + eta * u` (optax's `tree.add_scale`), leaf by leaf.
+///
+/// # Panics
+/// When a leaf of `u` has another length than `params`' leaf in the same place (callers check
+/// the structure first, [`Tree::check_like`]).
 pub fn add_scale<A: Real>(params: &Tree<A>, eta: A, u: &Tree<A>) -> Tree<A> {
     Tree(
         params

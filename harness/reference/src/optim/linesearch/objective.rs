@@ -22,7 +22,9 @@ pub trait Objective<A: Real> {
     /// `value(&add_scale(w, eta, u))` (each coordinate `w_i + eta u_i`, rounded once per
     /// operation). The default builds the candidate; an objective may override it to evaluate
     /// without materialising the candidate (law `linesearch_value_along_matches_candidate`).
+    /// A direction whose structure differs from `w`'s is a typed error.
     fn value_along(&self, w: &Tree<A>, eta: A, u: &Tree<A>) -> Result<A> {
+        w.check_like(u, "direction")?;
         self.value(&super::backtracking::add_scale(w, eta, u))
     }
     /// Signature of the data the objective closes over (a quadratic's `A` and `b`): it enters
@@ -471,6 +473,14 @@ impl HasSignature for Quadratic {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_direction_of_another_shape_is_a_typed_error_not_a_panic() {
+        let (w, u) = (point::<f64>(&[1.0, 2.0]), point::<f64>(&[1.0, 2.0, 3.0]));
+        // the default evaluation (building the candidate) and Rosenbrock's own
+        assert!(Himmelblau.value_along(&w, 0.5, &u).is_err());
+        assert!(Rosenbrock.value_along(&w, 0.5, &u).is_err());
+    }
 
     fn fd_check<O: Objective<f64>>(o: &O, x: &[f64]) {
         let p = point::<f64>(x);

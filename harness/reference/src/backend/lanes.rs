@@ -96,8 +96,10 @@ pub const BLOCK: usize = 8192;
 
 /// Blocks from which [`blocked_sum`] (and the line-search objective's value and gradient) share
 /// their work with the helper threads ([`crate::help`]): 4 blocks, 32,768 terms, 128 KiB of f32.
-/// The helpers spin between back-to-back jobs, so a split costs a fraction of a microsecond
-/// rather than the tens a fork-join through a sleeping pool costs.
+/// The helpers spin between back-to-back jobs, so a split costs about a microsecond rather than
+/// the tens a fork-join through a sleeping pool costs: on 65,536 f32 (8 blocks, 2 cores) one
+/// line-search evaluation took 5.6 us shared against 9.6 us on one thread, and a step 0.13-0.16
+/// ms against 0.22 ms. The threshold itself (4 against 8 blocks) was not measured separately.
 pub const PARALLEL_BLOCKS: usize = 4;
 
 /// A lane-order sum cut into parts that can run anywhere: part `k` is the `k`-th subtree of the

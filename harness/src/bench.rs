@@ -205,15 +205,13 @@ pub fn all_of(
 }
 
 /// Newton–Schulz flops the planned form computes for an `n x n` matrix, 5 iterations: per
-/// iteration the symmetric products `A = X X^T` and `(cA) A` over their upper-triangle tiles
-/// only (`(t + 1) / (2t)` of a full product for `t = ceil(n / SYM_BLOCK)` tiles per side, 0.5625
-/// at 1024) and the full product `B X`; `2 n^3` flops per full product.
+/// iteration the symmetric products `A = X X^T` and `(cA) A` over the tiles covering their
+/// upper triangle only ([`crate::optim::muon::newton_schulz::symmetric_fraction`] of a full
+/// product, 0.53125 at 1024) and the full product `B X`; `2 n^3` flops per full product.
 pub fn ns5_flops(n: usize) -> f64 {
-    let t = n
-        .div_ceil(crate::optim::muon::newton_schulz::SYM_BLOCK)
-        .max(1) as f64;
+    let sym = crate::optim::muon::newton_schulz::symmetric_fraction(n);
     let full = 2.0 * (n as f64).powi(3);
-    5.0 * (2.0 * full * (t + 1.0) / (2.0 * t) + full)
+    5.0 * (2.0 * full * sym + full)
 }
 
 pub fn attach_limits(figures: &mut [Figure]) {
@@ -972,8 +970,8 @@ fn muon(quick: bool) -> Result<Vec<Figure>> {
         plan.run(&x, &coeffs, 5, 1e-8, &mut out);
     });
     std::hint::black_box(&out);
-    // a plain iteration is 3 full products; the tiled symmetric one ~2.1 (the upper-triangle
-    // tiles of A and (cA)A, 0.56 each at 1024, and B X)
+    // a plain iteration is 3 full products; the planned one ~2.06 (the tiles covering the upper
+    // triangles of A and (cA)A, 0.53 each at 1024, and B X)
     let full_products_ms = 15.0 * gemm_s * 1e3;
     Ok(vec![
         fig("gemm_1024_gflops", gflops, "GFLOP/s"),
@@ -1205,10 +1203,10 @@ mod tests {
         attach_limits(&mut f);
         // a rate: value / the stream kernel's rate on the same traffic
         assert_eq!((f[1].limit, f[1].ratio), (Some(20.0), Some(0.5)));
-        // a time: the flops computed, 5 x (2 symmetric products at 9/16 + 1 full) x 2n^3 =
-        // 21.25 n^3 at 50 GFLOP/s = 456.4 ms ideal, over 1000 ms measured
-        let ideal = 21.25 * 1024f64.powi(3) / 50e9 * 1e3;
-        assert!((ns5_flops(1024) - 21.25 * 1024f64.powi(3)).abs() < 1.0);
+        // a time: the flops computed, 5 x (2 symmetric products at 17/32 + 1 full) x 2n^3 =
+        // 20.625 n^3 at 50 GFLOP/s = 442.9 ms ideal, over 1000 ms measured
+        let ideal = 20.625 * 1024f64.powi(3) / 50e9 * 1e3;
+        assert!((ns5_flops(1024) - 20.625 * 1024f64.powi(3)).abs() < 1.0);
         assert!((f[3].limit.unwrap() - ideal).abs() < 1e-9 * ideal);
         assert!((f[3].ratio.unwrap() - ideal / 1000.0).abs() < 1e-12);
         // no limit: none invented, the reason given

@@ -43,6 +43,7 @@
 
 pub mod coeffs;
 pub mod newton_schulz;
+pub mod ns_passes;
 pub mod shard;
 
 pub use coeffs::{CoeffPolicy, CoeffSpec, PerUse};

@@ -11,15 +11,17 @@
 //!
 //! Two forms: [`orthogonalize_composed`] transcribes the formulas with dfdx matmuls; [`NsPlan`] is
 //! the planned form, built once per matrix shape, which reuses its workspace buffers and exploits
-//! the symmetry of `A = X X^T` and of `(cA) A`: it computes only their upper-triangle tiles
-//! ([`SYM_BLOCK`]` x `[`SYM_BLOCK`], about 0.56 of a full product at `m = 1024`) and mirrors them,
-//! so both are exactly symmetric; `X^T` is materialised once per iteration so that every product
-//! reads row-major operands (gemm 0.15 packs a transposed right operand more slowly). After its
+//! the symmetry of `A = X X^T` and of `(cA) A`: it computes only tiles covering their upper
+//! triangle ([`symmetric_tiles`], 0.53 of a full product at `m = 1024`) and mirrors them, so
+//! both are exactly symmetric; `X^T` is materialised once per iteration so that every product
+//! reads row-major operands (gemm 0.15 packs a transposed right operand more slowly). The
+//! transposes, mirrors and element-wise steps between the products are fused into three
+//! blocked passes per iteration ([`super::ns_passes`]). After its
 //! first call it allocates nothing of its own: the buffers and the tile list are sized once, and
 //! the products run on the plan's own parked threads ([`crate::pool::Pool`], started once; one
 //! thread for products below [`GEMM_PARALLEL_MIN`]) as single-threaded gemm calls — only gemm's
 //! own per-call scratch (a few bytes, freed by the call) remains — whole tiles dealt
-//! round-robin for the symmetric products
+//! round-robin for the symmetric products (the passes' blocks too)
 //! ([`crate::backend::gemm_tiles_pooled`]), row blocks for `B X`
 //! ([`crate::backend::gemm_into_pooled`]). Neither split changes any element's reduction
 //! order, so results are bit-identical for every thread count. Both forms return the number of
@@ -32,7 +34,7 @@
 //! - K. Jordan, *Muon: An optimizer for hidden layers*, 2024 (quintic coefficients).
 //! - optax 0.2.8 `optax/contrib/_muon.py`; `docs/ALGORITHMS.md` §3.
 
-use super::coeffs;
+use super::{coeffs, ns_passes};
 use crate::backend::{
     device, gemm_into_pooled, gemm_tiles_pooled, Array, Mat, Operand, Real, Tile, GEMM_PARALLEL_MIN,
 };
@@ -94,12 +96,74 @@ pub fn transpose<A: Copy>(x: &[A], r: usize, c: usize) -> Vec<A> {
     out
 }
 
-/// Tile size of the symmetric products: the upper-triangle tiles (`i <= j`) of `T x T` are one
-/// single-threaded GEMM each, dealt round-robin to the plan's threads, so `A = X X^T` and
-/// `(cA) A` cost `(t + 1) / (2 t)` of a full product for `t = ceil(m / T)` tiles per side
-/// (0.56 at `m = 1024`). Measured (bench area `muon`, 1024^2 f32, 2 threads): 128 beat 256 and
-/// the earlier recursive halving with its rows split across threads (285 vs 298 ms).
-pub const SYM_BLOCK: usize = 128;
+/// Largest diagonal block of the symmetric products computed whole (see [`symmetric_tiles`]).
+/// Measured at `m = 1024` (f32, 2 threads, one product of 1024^2 x 1024): 7.9 ms with diagonal
+/// blocks of 64, 8.5 ms with 128, 8.7 ms with 32; uniform 128 x 128 tiles of the upper
+/// triangle took 8.9 ms, 64 x 64 ones 8.4 ms, against 14.3 ms for the full product.
+pub const SYM_BLOCK: usize = 64;
+
+/// Off-diagonal rectangles of the symmetric products taller than this are cut into two row
+/// halves, so that two threads share them (see [`symmetric_tiles`]).
+pub const SYM_SPLIT: usize = 256;
+
+/// The tiles covering the upper triangle (`i <= j`) of an `m x m` symmetric product, by
+/// recursive halving: a diagonal block of side `s > leaf` contributes its off-diagonal
+/// rectangle (rows of its first half, columns of its second; two row halves when taller than
+/// [`SYM_SPLIT`]) and recurses into its two diagonal halves; a diagonal block of side
+/// `s <= leaf` is one tile, computed whole. Tiles come level by level, largest first, so that
+/// dealing them round-robin gives each thread a similar share. The covered area is
+/// `m^2 / 2 + m s / 2` for diagonal blocks of side `s`, 0.53 of the square at `m = 1024`,
+/// `s = 64`; most of it lies in a few large products, which gemm runs near its full-product
+/// rate.
+pub fn symmetric_tiles(m: usize, leaf: usize) -> Vec<Tile> {
+    fn walk(r0: usize, side: usize, leaf: usize, depth: usize, levels: &mut Vec<Vec<Tile>>) {
+        if side == 0 {
+            return;
+        }
+        if levels.len() <= depth {
+            levels.push(Vec::new());
+        }
+        if side <= leaf {
+            levels[depth].push(Tile {
+                r0,
+                r1: r0 + side,
+                c0: r0,
+                c1: r0 + side,
+            });
+            return;
+        }
+        let half = side / 2;
+        let (c0, c1) = (r0 + half, r0 + side);
+        let cuts: &[(usize, usize)] = if half > SYM_SPLIT {
+            &[(0, half / 2), (half / 2, half)]
+        } else {
+            &[(0, half)]
+        };
+        for &(a, b) in cuts {
+            levels[depth].push(Tile {
+                r0: r0 + a,
+                r1: r0 + b,
+                c0,
+                c1,
+            });
+        }
+        walk(r0, half, leaf, depth + 1, levels);
+        walk(r0 + half, side - half, leaf, depth + 1, levels);
+    }
+    let mut levels = Vec::new();
+    walk(0, m, leaf.max(1), 0, &mut levels);
+    levels.concat()
+}
+
+/// Fraction of a full `m x m` product that one symmetric product computes
+/// ([`symmetric_tiles`] with [`SYM_BLOCK`]): the tiles' area over `m^2`.
+pub fn symmetric_fraction(m: usize) -> f64 {
+    let area: usize = symmetric_tiles(m, SYM_BLOCK)
+        .iter()
+        .map(|t| (t.r1 - t.r0) * (t.c1 - t.c0))
+        .sum();
+    area as f64 / (m.max(1) * m.max(1)) as f64
+}
 
 /// Threads for an `m x n` plan (small side `m`): the machine's parallelism when its products
 /// (`m x m x n` multiply-adds) reach [`GEMM_PARALLEL_MIN`], else 1 (no thread started).
@@ -132,7 +196,7 @@ pub struct NsPlan<A> {
     b: Vec<A>,
     /// Tile size of the symmetric products.
     block: usize,
-    /// The upper-triangle tiles of an `m x m` symmetric product.
+    /// The tiles covering the upper triangle of an `m x m` symmetric product.
     tiles: Vec<Tile>,
     /// Threads the products' rows are split across (one part per thread, the caller's
     /// included); started once, here.
@@ -157,7 +221,7 @@ impl<A: Real> NsPlan<A> {
             ca: vec![z; m * m],
             b: vec![z; m * m],
             block: SYM_BLOCK,
-            tiles: upper_tiles(m, SYM_BLOCK),
+            tiles: symmetric_tiles(m, SYM_BLOCK),
             pool: Pool::new(default_threads(m, n)),
         }
     }
@@ -175,11 +239,12 @@ impl<A: Real> NsPlan<A> {
         self.pool.threads()
     }
 
-    /// Use tiles of `block x block` (at least 1) in the symmetric products (tests use small
-    /// tiles to exercise the tiling on small matrices).
+    /// Compute diagonal blocks of at most `block x block` (at least 1) whole in the symmetric
+    /// products ([`symmetric_tiles`]; tests use small blocks to exercise the recursion on small
+    /// matrices).
     pub fn with_sym_block(mut self, block: usize) -> Self {
         self.block = block.max(1);
-        self.tiles = upper_tiles(self.m, self.block);
+        self.tiles = symmetric_tiles(self.m, self.block);
         self
     }
 
@@ -212,11 +277,21 @@ impl<A: Real> NsPlan<A> {
         let denom = sum_sq.sqrt() + eps;
         self.x.iter_mut().for_each(|v| *v /= denom);
         let iters = coeffs::iterations(coeffs, ns_steps);
+        // the previous iteration's `a`: its `X <- a X + B X` is finished by the next pass
+        let mut pending: Option<A> = None;
         for i in 0..iters {
             let [a, b, c] = coeffs::row(coeffs, i).map(A::of_f64);
-            // A = X X^T (upper triangle, mirrored), with X^T materialised so that every product
+            // X <- a' X + Y (the previous iteration's), X^T materialised so that every product
             // reads a row-major right operand
-            transpose_into(&self.x, m, n, &mut self.xt);
+            ns_passes::update_transpose(
+                &mut self.pool,
+                &mut self.x,
+                pending.map(|a| (&self.y[..], a)),
+                &mut self.xt,
+                m,
+                n,
+            );
+            // A = X X^T (upper triangle), mirrored; cA
             sym_product(
                 &mut self.pool,
                 &self.tiles,
@@ -226,11 +301,8 @@ impl<A: Real> NsPlan<A> {
                 m,
                 n,
             );
-            // B = b A + (c A) A
-            for (ca, &av) in self.ca.iter_mut().zip(&self.a) {
-                *ca = av * c;
-            }
-            // (c A) A = (c A) A^T: A is its own transpose
+            ns_passes::mirror_scale(&mut self.pool, &mut self.a, &mut self.ca, c, m);
+            // B = b A + (c A) A, with (c A) A = (c A) A^T: A is its own transpose
             sym_product(
                 &mut self.pool,
                 &self.tiles,
@@ -240,10 +312,8 @@ impl<A: Real> NsPlan<A> {
                 m,
                 m,
             );
-            for (bv, &av) in self.b.iter_mut().zip(&self.a) {
-                *bv = av * b + *bv;
-            }
-            // X <- a X + B X
+            ns_passes::mirror_combine(&mut self.pool, &mut self.b, &self.a, b, m);
+            // Y = B X; X <- a X + Y on the next pass
             gemm_into_pooled(
                 &mut self.pool,
                 m,
@@ -265,9 +335,10 @@ impl<A: Real> NsPlan<A> {
                     cs: 1,
                 },
             );
-            for (xv, &yv) in self.x.iter_mut().zip(&self.y) {
-                *xv = *xv * a + yv;
-            }
+            pending = Some(a);
+        }
+        if let Some(a) = pending {
+            ns_passes::update(&mut self.pool, &mut self.x, &self.y, a, n);
         }
         if self.transposed {
             for i in 0..m {
@@ -282,27 +353,10 @@ impl<A: Real> NsPlan<A> {
     }
 }
 
-/// The tiles `(i, j)`, `i <= j`, of a `T x T` tiling of an `m x m` matrix (edge tiles shorter).
-fn upper_tiles(m: usize, t: usize) -> Vec<Tile> {
-    let starts = (0..m).step_by(t.max(1));
-    let mut tiles = Vec::new();
-    for r0 in starts.clone() {
-        for c0 in starts.clone().filter(|&c0| c0 >= r0) {
-            tiles.push(Tile {
-                r0,
-                r1: (r0 + t).min(m),
-                c0,
-                c1: (c0 + t).min(m),
-            });
-        }
-    }
-    tiles
-}
-
 /// `dst (m x m) = L R^T` for row-major `L` (`m x k`), given `rt = R^T` row-major (`k x m`), when
 /// the product is known to be symmetric (`X X^T`, or `(cA) A` with `A` symmetric): only the
-/// upper-triangle `tiles` are computed, then the strict lower triangle is mirrored from the
-/// upper one, so the result is exactly symmetric.
+/// upper-triangle `tiles` are computed; the next pass ([`ns_passes`]) mirrors them, so the
+/// result is exactly symmetric.
 #[allow(clippy::too_many_arguments)]
 fn sym_product<A: Real>(
     pool: &mut Pool,
@@ -334,31 +388,6 @@ fn sym_product<A: Real>(
             cs: 1,
         },
     );
-    // mirror in 32x32 tiles: a row-by-row mirror reads a column per row, one cache line per element
-    const TILE: usize = 32;
-    for ib in (0..m).step_by(TILE) {
-        for jb in (0..=ib).step_by(TILE) {
-            for i in ib..(ib + TILE).min(m) {
-                for j in jb..(jb + TILE).min(i) {
-                    dst[i * m + j] = dst[j * m + i];
-                }
-            }
-        }
-    }
-}
-
-/// `out (c x r) = x^T` for row-major `x` (`r x c`), in 32x32 tiles.
-fn transpose_into<A: Copy>(x: &[A], r: usize, c: usize, out: &mut [A]) {
-    const TILE: usize = 32;
-    for ib in (0..r).step_by(TILE) {
-        for jb in (0..c).step_by(TILE) {
-            for i in ib..(ib + TILE).min(r) {
-                for j in jb..(jb + TILE).min(c) {
-                    out[j * r + i] = x[i * c + j];
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -411,6 +440,45 @@ mod tests {
                 assert_eq!(run(threads), one, "{r}x{cl} on {threads} threads");
             }
         }
+    }
+
+    #[test]
+    fn symmetric_tiles_cover_the_upper_triangle_once_and_only_diagonal_blocks_below_it() {
+        for (m, leaf) in [
+            (1, 64),
+            (7, 1),
+            (64, 64),
+            (65, 64),
+            (100, 7),
+            (1024, 64),
+            (1000, 33),
+        ] {
+            let mut hits = vec![0u8; m * m];
+            for t in symmetric_tiles(m, leaf) {
+                assert!(
+                    t.r1 <= m && t.c1 <= m && t.r0 < t.r1 && t.c0 < t.c1,
+                    "{m}: {t:?}"
+                );
+                // a tile is either above the diagonal or a diagonal block of side <= leaf
+                let diagonal = t.r0 == t.c0 && t.r1 == t.c1;
+                assert!(
+                    t.r1 <= t.c0 || (diagonal && t.r1 - t.r0 <= leaf),
+                    "{m}: {t:?}"
+                );
+                for i in t.r0..t.r1 {
+                    for j in t.c0..t.c1 {
+                        hits[i * m + j] += 1;
+                    }
+                }
+            }
+            for i in 0..m {
+                for j in i..m {
+                    assert_eq!(hits[i * m + j], 1, "{m}, leaf {leaf}: ({i}, {j})");
+                }
+            }
+        }
+        // closed form at m = 1024, diagonal blocks of 64: (m^2 / 2 + m 64 / 2) / m^2
+        assert!((symmetric_fraction(1024) - (0.5 + 32.0 / 1024.0)).abs() < 1e-12);
     }
 
     #[test]

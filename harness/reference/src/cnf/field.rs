@@ -32,8 +32,9 @@
 //! ```
 //!
 //! It keeps `H` and `P` of every layer ([`Kept`]) for the hand-written backward pass of
-//! [`super::adjoint`]; `tanh` is [`super::tanh::tanh`] (call-free and vectorised; f32 rounds the
-//! f64 value once). The taped twin ([`super::taped`]) computes the same maths on dfdx's tape.
+//! [`super::adjoint`]; `tanh` is [`super::tanh::tanh`] (call-free and vectorised; f32 uses
+//! [`super::tanh::tanh_f32`], in f32 arithmetic). The taped twin ([`super::taped`]) computes the
+//! same maths on dfdx's tape.
 //!
 //! Guarantees: every element of `dz` is written; finite inputs and weights give finite outputs
 //! (`tanh` and `sigmoid` are bounded); the field does not read `delta`; the buffers grow on the
@@ -145,9 +146,15 @@ pub(super) fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc
     }
 }
 
-/// `tanh` by [`super::tanh::tanh`] in f64 (for f32, rounded once from the f64 value).
+/// `tanh` by [`super::tanh::tanh`] in f64, and by [`super::tanh::tanh_f32`] in f32 arithmetic
+/// for f32 (the branch is on a constant, resolved at compile time; the conversions between the
+/// two widths are exact).
+#[inline(always)]
 fn tanh_of<A: Real>(x: A) -> A {
-    A::of_f64(super::tanh::tanh(x.as_f64()))
+    match A::DTYPE {
+        crate::backend::DType::F32 => A::of_f64(super::tanh::tanh_f32(x.as_f64() as f32) as f64),
+        _ => A::of_f64(super::tanh::tanh(x.as_f64())),
+    }
 }
 
 /// The stacked forward pass at `(t, y)`: `f` (`n x d`) into `f`, the trace (`n`) into `tr`,

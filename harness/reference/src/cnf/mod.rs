@@ -8,7 +8,7 @@
 //! - `params.rs` — weights ([`CnfParams`]) and their initialisation;
 //! - `random.rs` — counter-based draws (data, probes, weights);
 //! - `field.rs` — the augmented field with hand-written tangents (plain f32/f64);
-//! - `tanh.rs` — a call-free, vectorisable f64 `tanh` for the training kernels;
+//! - `tanh.rs` — a call-free, vectorisable `tanh` (f64, and f32) for the training kernels;
 //! - `adjoint.rs` — the field's vector–Jacobian product written by hand (what training uses;
 //!   f32/f64 like the field);
 //! - `taped.rs` — the same field on dfdx's tape ([`TrainBlock`], a [`crate::ode::grad::DiffField`]);

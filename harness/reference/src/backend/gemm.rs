@@ -55,6 +55,7 @@ pub fn gemm_into<A: Real>(
             rhs.data.as_ptr().add(rhs.offset),
             rhs.rs,
             rhs.cs,
+            A::one(),
             parallelism,
         )
     }
@@ -119,6 +120,7 @@ pub fn gemm_into_pooled<A: Real>(
                 r.get(),
                 rhs.rs,
                 rhs.cs,
+                A::one(),
                 gemm::Parallelism::None,
             )
         }
@@ -139,9 +141,11 @@ pub struct Tile {
     pub c1: usize,
 }
 
-/// `dst[r0..r1, c0..c1] = lhs[r0..r1, :] rhs[:, c0..c1]` for every tile of `tiles` (the
-/// operands are an `m x k` and a `k x n` matrix; tiles lie inside `m x n`). Thread `t` of the
-/// pool takes tiles `t, t + threads, ...`, each one single-threaded `gemm::gemm` call: a tile's
+/// `dst[r0..r1, c0..c1] = scale (lhs[r0..r1, :] rhs[:, c0..c1])` for every tile of `tiles`
+/// (the operands are an `m x k` and a `k x n` matrix; tiles lie inside `m x n`; each finished
+/// sum is multiplied by `scale` once, so `scale = 1` leaves it unchanged). The pool's threads
+/// claim the tiles in list order (so list the large ones first), each tile one
+/// single-threaded `gemm::gemm` call: a tile's
 /// result does not depend on which thread computes it, so the output is bit-identical for
 /// every thread count. Tiles must not overlap.
 #[allow(clippy::too_many_arguments)]
@@ -155,6 +159,7 @@ pub fn gemm_tiles_pooled<A: Real>(
     dst_rs: usize,
     lhs: Operand<'_, A>,
     rhs: Operand<'_, A>,
+    scale: A,
 ) {
     if !gemm_checked(m, n, k, dst, 0, dst_rs, &lhs, &rhs) {
         return;
@@ -169,8 +174,13 @@ pub fn gemm_tiles_pooled<A: Real>(
     let d = SendPtr(dst.as_mut_ptr());
     let l = SendPtr(lhs.data.as_ptr().wrapping_add(lhs.offset) as *mut A);
     let r = SendPtr(rhs.data.as_ptr().wrapping_add(rhs.offset) as *mut A);
-    let part = |p: usize| {
-        for t in tiles.iter().skip(p).step_by(threads) {
+    // tiles are claimed in list order from a shared counter: a thread slowed down (by another
+    // process on its core) takes fewer of them
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let part = |_: usize| loop {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(t) = tiles.get(i) else { break };
+        {
             if t.r1 == t.r0 || t.c1 == t.c0 {
                 continue;
             }
@@ -190,15 +200,14 @@ pub fn gemm_tiles_pooled<A: Real>(
                     r.get().add(t.c0 * rhs.cs),
                     rhs.rs,
                     rhs.cs,
+                    scale,
                     gemm::Parallelism::None,
                 )
             }
         }
     };
     if threads == 1 || tiles.len() < 2 {
-        for p in 0..threads {
-            part(p);
-        }
+        part(0);
     } else {
         pool.run(&part);
     }
@@ -255,7 +264,8 @@ fn gemm_checked<A: Real>(
 }
 
 /// The `gemm::gemm` call dfdx makes, on raw pointers: `dst` row-major with row stride
-/// `dst_rs`, `read_dst = false`, `alpha = 0`, `beta = 1`, no conjugation.
+/// `dst_rs`, `read_dst = false`, `alpha = 0`, no conjugation, and `beta = scale` (dfdx passes
+/// 1, which leaves every sum unchanged): each finished sum is multiplied by `scale` once.
 ///
 /// # Safety
 /// Every element of the `m x n` output and of the `m x k`, `k x n` operands at the given
@@ -273,6 +283,7 @@ unsafe fn gemm_raw<A: Real>(
     rhs: *const A,
     rhs_rs: usize,
     rhs_cs: usize,
+    scale: A,
     parallelism: gemm::Parallelism,
 ) {
     gemm::gemm(
@@ -290,7 +301,7 @@ unsafe fn gemm_raw<A: Real>(
         rhs_cs as isize,
         rhs_rs as isize,
         A::default(),
-        A::of_f64(1.0),
+        scale,
         false,
         false,
         false,

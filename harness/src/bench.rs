@@ -205,7 +205,7 @@ pub fn all_of(
 }
 
 /// Newton–Schulz flops the planned form computes for an `n x n` matrix, 5 iterations: per
-/// iteration the symmetric products `A = X X^T` and `A A` over the tiles covering their
+/// iteration the symmetric products `A = X X^T` and `(cA) A` over the tiles covering their
 /// upper triangle only ([`crate::optim::muon::newton_schulz::symmetric_fraction`] of a full
 /// product, 0.53125 at 1024) and the full product `B X`; `2 n^3` flops per full product.
 pub fn ns5_flops(n: usize) -> f64 {
@@ -971,7 +971,7 @@ fn muon(quick: bool) -> Result<Vec<Figure>> {
     });
     std::hint::black_box(&out);
     // a plain iteration is 3 full products; the planned one ~2.06 (the tiles covering the upper
-    // triangles of A and A A, 0.53 each at 1024, and B X)
+    // triangles of A and (cA)A, 0.53 each at 1024, and B X)
     let full_products_ms = 15.0 * gemm_s * 1e3;
     Ok(vec![
         fig("gemm_1024_gflops", gflops, "GFLOP/s"),

@@ -245,8 +245,8 @@ fn muon_allocation_check_fails_on_a_fresh_workspace_per_call() {
     let x: Vec<f32> = (0..r * cl).map(|i| ((i as f32) * 0.37).sin()).collect();
     let mut plan = harness::mutants::muon_plan_per_call::PlanPerCall { rows: r, cols: cl };
     let e = planned_ns_allocates_only_gemm_scratch(&mut plan, &x, 3).unwrap_err();
-    // the five workspace buffers (X, X^T, BX: 64 x 200; A, B: 64 x 64) of f32 are live at once
-    let workspace = (3 * r * cl + 2 * r * r) * 4;
+    // the six workspace buffers (X, X^T, BX: 64 x 200; A, cA, B: 64 x 64) of f32 are live at once
+    let workspace = (3 * r * cl + 3 * r * r) * 4;
     let peak: usize = e
         .split("peak ")
         .nth(1)

@@ -584,8 +584,8 @@ fn marks(s: &Scaling, k: &ScalingKernel) -> Vec<(f64, String)> {
             m
         }
         "newton_schulz5" => {
-            // the plan's buffers: X, X^T, Y (n^2 each) and A, B (n^2 each), f32
-            let mut m = cache_marks(&|b| (b / 20.0).sqrt());
+            // the plan's buffers: X, X^T, Y (n^2 each) and A, cA, B (n^2 each), f32
+            let mut m = cache_marks(&|b| (b / 24.0).sqrt());
             let threads_from = (crate::backend::GEMM_PARALLEL_MIN as f64).cbrt();
             m.push((threads_from, "threads from here".into()));
             m

@@ -321,7 +321,7 @@ pub const PLANNED_ULPS_PER_M: f64 = 64.0;
 
 /// The planned form (symmetric products, workspace) agrees with the composed dfdx form within
 /// `PLANNED_ULPS_PER_M * m * eps` per entry (they round `A` and `B` differently: upper triangle +
-/// mirror vs full products, `c (A A)` with a mirrored `A` vs `(cA) A`).
+/// mirror vs full products, `(cA)A` with a mirrored `A`).
 pub fn planned_matches_composed(case: &MatCase) -> Result<(), String> {
     planned_matches_composed_with(case, &Planned)
 }

@@ -55,7 +55,6 @@ pub fn gemm_into<A: Real>(
             rhs.data.as_ptr().add(rhs.offset),
             rhs.rs,
             rhs.cs,
-            A::one(),
             parallelism,
         )
     }
@@ -120,7 +119,6 @@ pub fn gemm_into_pooled<A: Real>(
                 r.get(),
                 rhs.rs,
                 rhs.cs,
-                A::one(),
                 gemm::Parallelism::None,
             )
         }
@@ -141,9 +139,8 @@ pub struct Tile {
     pub c1: usize,
 }
 
-/// `dst[r0..r1, c0..c1] = scale (lhs[r0..r1, :] rhs[:, c0..c1])` for every tile of `tiles`
-/// (the operands are an `m x k` and a `k x n` matrix; tiles lie inside `m x n`; each finished
-/// sum is multiplied by `scale` once, so `scale = 1` leaves it unchanged). The pool's threads
+/// `dst[r0..r1, c0..c1] = lhs[r0..r1, :] rhs[:, c0..c1]` for every tile of `tiles` (the
+/// operands are an `m x k` and a `k x n` matrix; tiles lie inside `m x n`). The pool's threads
 /// claim the tiles in list order (so list the large ones first), each tile one
 /// single-threaded `gemm::gemm` call: a tile's
 /// result does not depend on which thread computes it, so the output is bit-identical for
@@ -159,7 +156,6 @@ pub fn gemm_tiles_pooled<A: Real>(
     dst_rs: usize,
     lhs: Operand<'_, A>,
     rhs: Operand<'_, A>,
-    scale: A,
 ) {
     if !gemm_checked(m, n, k, dst, 0, dst_rs, &lhs, &rhs) {
         return;
@@ -200,7 +196,6 @@ pub fn gemm_tiles_pooled<A: Real>(
                     r.get().add(t.c0 * rhs.cs),
                     rhs.rs,
                     rhs.cs,
-                    scale,
                     gemm::Parallelism::None,
                 )
             }
@@ -264,8 +259,7 @@ fn gemm_checked<A: Real>(
 }
 
 /// The `gemm::gemm` call dfdx makes, on raw pointers: `dst` row-major with row stride
-/// `dst_rs`, `read_dst = false`, `alpha = 0`, no conjugation, and `beta = scale` (dfdx passes
-/// 1, which leaves every sum unchanged): each finished sum is multiplied by `scale` once.
+/// `dst_rs`, `read_dst = false`, `alpha = 0`, `beta = 1`, no conjugation.
 ///
 /// # Safety
 /// Every element of the `m x n` output and of the `m x k`, `k x n` operands at the given
@@ -283,7 +277,6 @@ unsafe fn gemm_raw<A: Real>(
     rhs: *const A,
     rhs_rs: usize,
     rhs_cs: usize,
-    scale: A,
     parallelism: gemm::Parallelism,
 ) {
     gemm::gemm(
@@ -301,7 +294,7 @@ unsafe fn gemm_raw<A: Real>(
         rhs_cs as isize,
         rhs_rs as isize,
         A::default(),
-        scale,
+        A::of_f64(1.0),
         false,
         false,
         false,

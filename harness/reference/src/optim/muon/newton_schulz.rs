@@ -6,15 +6,12 @@
 //! ```text
 //! X <- X / (||X||_F + eps)
 //! per iteration i with (a, b, c) = coeffs[i]:
-//!     A = X X^T          B = b A + c (A A)          X <- a X + B X
+//!     A = X X^T          B = b A + (c A) A          X <- a X + B X
 //! ```
-//!
-//! (`c (A A)` as optax writes it; the composed form below computes `(c A) A`, the planned one
-//! scales the product's finished sums: the same maths, rounded differently.)
 //!
 //! Two forms: [`orthogonalize_composed`] transcribes the formulas with dfdx matmuls; [`NsPlan`] is
 //! the planned form, built once per matrix shape, which reuses its workspace buffers and exploits
-//! the symmetry of `A = X X^T` and of `A A`: it computes only tiles covering their upper
+//! the symmetry of `A = X X^T` and of `(cA) A`: it computes only tiles covering their upper
 //! triangle ([`symmetric_tiles`], 0.53 of a full product at `m = 1024`) and mirrors them, so
 //! both are exactly symmetric; `X^T` is materialised once per iteration so that every product
 //! reads row-major operands (gemm 0.15 packs a transposed right operand more slowly). The
@@ -39,8 +36,7 @@
 
 use super::{coeffs, ns_passes};
 use crate::backend::{
-    device, gemm_into_pooled, gemm_tiles_pooled, lane_dot, Array, Mat, Operand, Real, Tile,
-    GEMM_PARALLEL_MIN,
+    device, gemm_into_pooled, gemm_tiles_pooled, Array, Mat, Operand, Real, Tile, GEMM_PARALLEL_MIN,
 };
 use crate::pool::Pool;
 
@@ -194,6 +190,8 @@ pub struct NsPlan<A> {
     y: Vec<A>,
     /// `A`, `m x m`
     a: Vec<A>,
+    /// `c A`, `m x m`
+    ca: Vec<A>,
     /// `B`, `m x m`
     b: Vec<A>,
     /// Tile size of the symmetric products.
@@ -220,6 +218,7 @@ impl<A: Real> NsPlan<A> {
             xt: vec![z; m * n],
             y: vec![z; m * n],
             a: vec![z; m * m],
+            ca: vec![z; m * m],
             b: vec![z; m * m],
             block: SYM_BLOCK,
             tiles: symmetric_tiles(m, SYM_BLOCK),
@@ -274,8 +273,7 @@ impl<A: Real> NsPlan<A> {
         } else {
             self.x.copy_from_slice(input);
         }
-        // ||X||_F^2 in the fixed lane order (vectorised; the same bits on every thread count)
-        let sum_sq = lane_dot(&self.x, &self.x);
+        let sum_sq = self.x.iter().fold(A::default(), |s, &v| s + v * v);
         let denom = sum_sq.sqrt() + eps;
         self.x.iter_mut().for_each(|v| *v /= denom);
         let iters = coeffs::iterations(coeffs, ns_steps);
@@ -293,8 +291,7 @@ impl<A: Real> NsPlan<A> {
                 m,
                 n,
             );
-            // A = X X^T (upper triangle), mirrored
-            let one = A::one();
+            // A = X X^T (upper triangle), mirrored; cA
             sym_product(
                 &mut self.pool,
                 &self.tiles,
@@ -303,20 +300,17 @@ impl<A: Real> NsPlan<A> {
                 &self.xt,
                 m,
                 n,
-                one,
             );
-            ns_passes::mirror(&mut self.pool, &mut self.a, m);
-            // B = b A + c (A A), with A A = A A^T: A is its own transpose; the product's sums
-            // are scaled by c as they finish
+            ns_passes::mirror_scale(&mut self.pool, &mut self.a, &mut self.ca, c, m);
+            // B = b A + (c A) A, with (c A) A = (c A) A^T: A is its own transpose
             sym_product(
                 &mut self.pool,
                 &self.tiles,
                 &mut self.b,
-                &self.a,
+                &self.ca,
                 &self.a,
                 m,
                 m,
-                c,
             );
             ns_passes::mirror_combine(&mut self.pool, &mut self.b, &self.a, b, m);
             // Y = B X; X <- a X + Y on the next pass
@@ -359,9 +353,8 @@ impl<A: Real> NsPlan<A> {
     }
 }
 
-/// `dst (m x m) = scale (L R^T)` for row-major `L` (`m x k`), given `rt = R^T` row-major
-/// (`k x m`), when the product is known to be symmetric (`X X^T`, or `A A` with `A`
-/// symmetric): only the
+/// `dst (m x m) = L R^T` for row-major `L` (`m x k`), given `rt = R^T` row-major (`k x m`), when
+/// the product is known to be symmetric (`X X^T`, or `(cA) A` with `A` symmetric): only the
 /// upper-triangle `tiles` are computed; the next pass ([`ns_passes`]) mirrors them, so the
 /// result is exactly symmetric.
 #[allow(clippy::too_many_arguments)]
@@ -373,7 +366,6 @@ fn sym_product<A: Real>(
     rt: &[A],
     m: usize,
     k: usize,
-    scale: A,
 ) {
     gemm_tiles_pooled(
         pool,
@@ -395,7 +387,6 @@ fn sym_product<A: Real>(
             rs: m,
             cs: 1,
         },
-        scale,
     );
 }
 

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! update_transpose:  X <- a X + Y (skipped on the first iteration);  XT <- X^T
-//! mirror:            A[j,i] <- A[i,j] (i < j)
+//! mirror_scale:      A[j,i] <- A[i,j] (i < j);                      CA <- c A
 //! mirror_combine:    B[i,j] <- b A[i,j] + B[i,j] (i <= j);          B[j,i] <- B[i,j]
 //! ```
 //!
@@ -17,8 +17,8 @@
 //! line is touched once (0.45 ms on one thread).
 //!
 //! Each element is computed by the same expression whichever block or thread reaches it (the
-//! mirrored one is a copy), so the results are bit-identical for every thread count and to the
-//! plain loops they replace.
+//! mirrored one is a copy, and `A[i,j] == A[j,i]` exactly, so `c A` is symmetric too), so the
+//! results are bit-identical for every thread count and to the plain loops they replace.
 //!
 //! # References
 //! - `docs/ALGORITHMS.md` §3 (the iteration); the cache-set argument is the usual one for
@@ -137,9 +137,12 @@ fn upper_pair(mut p: usize, t: usize) -> (usize, usize) {
 }
 
 /// Complete a symmetric `m x m` matrix `s` whose upper triangle is computed, block pair by
-/// block pair (dealt to the pool): `row(i, j0, seg)` first turns each upper row segment
-/// `seg = s[i, j0..j0 + seg.len()]` (`i <= j0`) into its final values in place, then the
-/// segment is mirrored below the diagonal. A pair's part alone touches its two blocks;
+/// block pair (dealt to the pool): `row(i, c0, seg)` first turns the upper row segment
+/// `seg = s[i, c0..c0 + seg.len()]` into its final values in place (elements left of the
+/// diagonal included on diagonal blocks, where they are overwritten next), then `mirror(k, v)`
+/// receives every final value `v` of an upper element `(i, j)`, `i <= j`, at `k = i m + j`, and
+/// every mirrored one at `k = j m + i`, where the pass has already stored `v` in `s` (so a
+/// `mirror` that only completes `s` does nothing). A pair's part alone touches its two blocks;
 /// off-diagonal pairs buffer the block so that the mirrored block is written in whole row
 /// segments.
 fn complete_symmetric<A: Real>(
@@ -147,6 +150,7 @@ fn complete_symmetric<A: Real>(
     s: &mut [A],
     m: usize,
     row: impl Fn(usize, usize, &mut [A]) + Sync,
+    emit: impl Fn(usize, usize, &[A]) + Sync,
 ) {
     let t = m.div_ceil(BLOCK);
     let sv = Shared(s.as_mut_ptr());
@@ -160,10 +164,12 @@ fn complete_symmetric<A: Real>(
                 // row i from the diagonal on.
                 let seg = unsafe { sv.slice((r0 + i) * m + c0 + i, cols - i) };
                 row(r0 + i, c0 + i, seg);
+                emit(r0 + i, c0 + i, seg);
                 for (j, &v) in seg.iter().enumerate().skip(1) {
                     // SAFETY: (c0+i+j, r0+i) lies in the same diagonal block, below it.
                     let low = unsafe { sv.slice((c0 + i + j) * m + r0 + i, 1) };
                     low[0] = v;
+                    emit(c0 + i + j, r0 + i, low);
                 }
             }
             return;
@@ -173,6 +179,7 @@ fn complete_symmetric<A: Real>(
             // SAFETY: the upper block (bi, bj) belongs to this pair alone.
             let seg = unsafe { sv.slice((r0 + i) * m + c0, cols) };
             row(r0 + i, c0, seg);
+            emit(r0 + i, c0, seg);
             b[..cols].copy_from_slice(seg);
         }
         for j in 0..cols {
@@ -181,15 +188,26 @@ fn complete_symmetric<A: Real>(
             for (o, b) in out.iter_mut().zip(&buf) {
                 *o = b[j];
             }
+            emit(c0 + j, r0, out);
         }
     };
     dealt(pool, t * (t + 1) / 2, &pair);
 }
 
-/// `A` (`m x m`, its upper triangle computed) made symmetric by mirroring.
-pub fn mirror<A: Real>(pool: &mut Pool, a: &mut [A], m: usize) {
-    assert_eq!(a.len(), m * m, "mirror: size");
-    complete_symmetric(pool, a, m, |_, _, _| {});
+/// `A` (`m x m`, its upper triangle computed) made symmetric by mirroring, and `CA <- c A`
+/// (`a * c` per element).
+pub fn mirror_scale<A: Real>(pool: &mut Pool, a: &mut [A], ca: &mut [A], c: A, m: usize) {
+    assert!(a.len() == m * m && ca.len() == m * m, "mirror_scale: sizes");
+    let cv = Shared(ca.as_mut_ptr());
+    let emit = |i: usize, j0: usize, seg: &[A]| {
+        // SAFETY: the segment (i, j0..) of CA mirrors one of A that the calling pair alone
+        // touches.
+        let out = unsafe { cv.slice(i * m + j0, seg.len()) };
+        for (o, &v) in out.iter_mut().zip(seg) {
+            *o = v * c;
+        }
+    };
+    complete_symmetric(pool, a, m, |_, _, _| {}, emit);
 }
 
 /// `B <- b A + B` on the upper triangle (`a * b + b_ij` per element), then mirrored, for a
@@ -204,7 +222,7 @@ pub fn mirror_combine<A: Real>(pool: &mut Pool, bm: &mut [A], a: &[A], b: A, m: 
             *v = w * b + *v;
         }
     };
-    complete_symmetric(pool, bm, m, row);
+    complete_symmetric(pool, bm, m, row, |_, _, _| {});
 }
 
 #[cfg(test)]
@@ -240,7 +258,7 @@ mod tests {
     fn passes_equal_the_plain_loops_bit_for_bit_on_any_thread_count() {
         // sizes below, at and across block edges, and a non-square X
         for (m, n) in [(1, 1), (5, 3), (32, 32), (33, 70), (70, 33), (100, 100)] {
-            let (a, b) = (3.4445f32, -4.775f32);
+            let (a, b, c) = (3.4445f32, -4.775f32, 2.0315f32);
             let x0 = data(m * n, 1);
             let y = data(m * n, 2);
             // plain loops
@@ -262,6 +280,7 @@ mod tests {
                     a_in[i * m + j] = f32::NAN; // the pass must not read the lower triangle
                 }
             }
+            let want_ca: Vec<f32> = sym.iter().map(|&v| v * c).collect();
             let braw = data(m * m, 4);
             let mut want_b = braw.clone();
             for i in 0..m {
@@ -284,9 +303,10 @@ mod tests {
                 let mut x2 = x0.clone();
                 update(&mut pool, &mut x2, &y, a, n);
                 assert_eq!(bits(&x2), bits(&want_x), "{m}x{n} update");
-                let mut am = a_in.clone();
-                mirror(&mut pool, &mut am, m);
+                let (mut am, mut ca) = (a_in.clone(), vec![0.0; m * m]);
+                mirror_scale(&mut pool, &mut am, &mut ca, c, m);
                 assert_eq!(bits(&am), bits(&sym), "{m} mirrored A");
+                assert_eq!(bits(&ca), bits(&want_ca), "{m} cA");
                 let mut bm = braw.clone();
                 mirror_combine(&mut pool, &mut bm, &sym, b, m);
                 assert_eq!(bits(&bm), bits(&want_b), "{m} B");

@@ -20,9 +20,9 @@
 //! first call it allocates nothing of its own: the buffers and the tile list are sized once, and
 //! the products run on the plan's own parked threads ([`crate::pool::Pool`], started once; one
 //! thread for products below [`GEMM_PARALLEL_MIN`]) as single-threaded gemm calls — only gemm's
-//! own per-call scratch (a few bytes, freed by the call) remains — whole tiles dealt
-//! round-robin for the symmetric products (the passes' blocks too)
-//! ([`crate::backend::gemm_tiles_pooled`]), row blocks for `B X`
+//! own per-call scratch (a few bytes, freed by the call) remains — whole tiles claimed in list
+//! order from a counter for the symmetric products ([`crate::backend::gemm_tiles_pooled`]; the
+//! passes' blocks are dealt round-robin), row blocks for `B X`
 //! ([`crate::backend::gemm_into_pooled`]). Neither split changes any element's reduction
 //! order, so results are bit-identical for every thread count. Both forms return the number of
 //! iterations run, the observable behind the "`(k,3)` runs `k` iterations" law.
@@ -111,10 +111,20 @@ pub const SYM_SPLIT: usize = 256;
 /// rectangle (rows of its first half, columns of its second; two row halves when taller than
 /// [`SYM_SPLIT`]) and recurses into its two diagonal halves; a diagonal block of side
 /// `s <= leaf` is one tile, computed whole. Tiles come level by level, largest first, so that
-/// dealing them round-robin gives each thread a similar share. The covered area is
+/// threads claiming them in order end with similar shares. The covered area is
 /// `m^2 / 2 + m s / 2` for diagonal blocks of side `s`, 0.53 of the square at `m = 1024`,
 /// `s = 64`; most of it lies in a few large products, which gemm runs near its full-product
 /// rate.
+///
+/// ```
+/// use harness_reference::optim::muon::newton_schulz::symmetric_tiles;
+/// let tiles = symmetric_tiles(8, 2);
+/// // the off-diagonal 4 x 4 block first, then two 2 x 2 blocks, then four diagonal 2 x 2 blocks
+/// assert_eq!((tiles[0].r0, tiles[0].r1, tiles[0].c0, tiles[0].c1), (0, 4, 4, 8));
+/// assert_eq!(tiles.len(), 1 + 2 + 4);
+/// let area: usize = tiles.iter().map(|t| (t.r1 - t.r0) * (t.c1 - t.c0)).sum();
+/// assert_eq!(area, 8 * 8 / 2 + 8 * 2 / 2);
+/// ```
 pub fn symmetric_tiles(m: usize, leaf: usize) -> Vec<Tile> {
     fn walk(r0: usize, side: usize, leaf: usize, depth: usize, levels: &mut Vec<Vec<Tile>>) {
         if side == 0 {
@@ -157,6 +167,11 @@ pub fn symmetric_tiles(m: usize, leaf: usize) -> Vec<Tile> {
 
 /// Fraction of a full `m x m` product that one symmetric product computes
 /// ([`symmetric_tiles`] with [`SYM_BLOCK`]): the tiles' area over `m^2`.
+///
+/// ```
+/// use harness_reference::optim::muon::newton_schulz::symmetric_fraction;
+/// assert_eq!(symmetric_fraction(1024), 0.5 + 32.0 / 1024.0);
+/// ```
 pub fn symmetric_fraction(m: usize) -> f64 {
     let area: usize = symmetric_tiles(m, SYM_BLOCK)
         .iter()
@@ -194,7 +209,7 @@ pub struct NsPlan<A> {
     ca: Vec<A>,
     /// `B`, `m x m`
     b: Vec<A>,
-    /// Tile size of the symmetric products.
+    /// Largest diagonal block of the symmetric products computed whole.
     block: usize,
     /// The tiles covering the upper triangle of an `m x m` symmetric product.
     tiles: Vec<Tile>,

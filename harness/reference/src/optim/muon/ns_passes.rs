@@ -69,6 +69,15 @@ fn axpy_rows<A: Real>(x: &mut [A], y: &[A], a: A) {
 /// row-major `m x n` `X` and `n x m` `XT`. Parts take [`BLOCK`]-row strips of `X`: they write
 /// those rows of `X` (updated first, so that the transpose reads them from cache) and the same
 /// columns of `XT`, disjoint from every other strip's.
+///
+/// ```
+/// use harness_reference::optim::muon::ns_passes::update_transpose;
+/// use harness_reference::pool::Pool;
+/// let (mut x, y, mut xt) = (vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], vec![1.0f32; 6], vec![0.0; 6]);
+/// update_transpose(&mut Pool::new(2), &mut x, Some((&y, 2.0)), &mut xt, 2, 3);
+/// assert_eq!(x, [3.0, 5.0, 7.0, 9.0, 11.0, 13.0]);
+/// assert_eq!(xt, [3.0, 9.0, 5.0, 11.0, 7.0, 13.0]);
+/// ```
 pub fn update_transpose<A: Real>(
     pool: &mut Pool,
     x: &mut [A],
@@ -112,6 +121,13 @@ pub fn update_transpose<A: Real>(
 }
 
 /// `X <- a X + Y`, element by element (`x * a + y`), in [`BLOCK`]-row strips of width `n`.
+///
+/// ```
+/// use harness_reference::optim::muon::ns_passes::update;
+/// let mut x = vec![1.0f64, 2.0];
+/// update(&mut harness_reference::pool::Pool::new(1), &mut x, &[0.5, 0.5], 3.0, 2);
+/// assert_eq!(x, [3.5, 6.5]);
+/// ```
 pub fn update<A: Real>(pool: &mut Pool, x: &mut [A], y: &[A], a: A, n: usize) {
     assert_eq!(x.len(), y.len(), "update: sizes");
     let len = x.len();
@@ -196,6 +212,14 @@ fn complete_symmetric<A: Real>(
 
 /// `A` (`m x m`, its upper triangle computed) made symmetric by mirroring, and `CA <- c A`
 /// (`a * c` per element).
+///
+/// ```
+/// use harness_reference::optim::muon::ns_passes::mirror_scale;
+/// let mut a = vec![1.0f32, 2.0, f32::NAN, 3.0]; // the lower triangle is not read
+/// let mut ca = vec![0.0; 4];
+/// mirror_scale(&mut harness_reference::pool::Pool::new(1), &mut a, &mut ca, 2.0, 2);
+/// assert_eq!((a, ca), (vec![1.0, 2.0, 2.0, 3.0], vec![2.0, 4.0, 4.0, 6.0]));
+/// ```
 pub fn mirror_scale<A: Real>(pool: &mut Pool, a: &mut [A], ca: &mut [A], c: A, m: usize) {
     assert!(a.len() == m * m && ca.len() == m * m, "mirror_scale: sizes");
     let cv = Shared(ca.as_mut_ptr());
@@ -212,6 +236,14 @@ pub fn mirror_scale<A: Real>(pool: &mut Pool, a: &mut [A], ca: &mut [A], c: A, m
 
 /// `B <- b A + B` on the upper triangle (`a * b + b_ij` per element), then mirrored, for a
 /// symmetric `A` and a `B` (`m x m`) whose upper triangle was computed.
+///
+/// ```
+/// use harness_reference::optim::muon::ns_passes::mirror_combine;
+/// let a = [1.0f64, 2.0, 2.0, 3.0];
+/// let mut b = vec![10.0, 20.0, f64::NAN, 30.0]; // the lower triangle is not read
+/// mirror_combine(&mut harness_reference::pool::Pool::new(1), &mut b, &a, 2.0, 2);
+/// assert_eq!(b, [12.0, 24.0, 24.0, 36.0]);
+/// ```
 pub fn mirror_combine<A: Real>(pool: &mut Pool, bm: &mut [A], a: &[A], b: A, m: usize) {
     assert!(
         bm.len() == m * m && a.len() == m * m,

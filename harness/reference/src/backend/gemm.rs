@@ -176,29 +176,27 @@ pub fn gemm_tiles_pooled<A: Real>(
     let part = |_: usize| loop {
         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Some(t) = tiles.get(i) else { break };
-        {
-            if t.r1 == t.r0 || t.c1 == t.c0 {
-                continue;
-            }
-            // SAFETY: `gemm_checked` asserted the whole `m x n` product in bounds and every
-            // tile lies inside it; tiles are disjoint, so parts write disjoint elements of
-            // `dst`, and the operands are only read.
-            unsafe {
-                gemm_raw(
-                    t.r1 - t.r0,
-                    t.c1 - t.c0,
-                    k,
-                    d.get().add(t.r0 * dst_rs + t.c0),
-                    dst_rs,
-                    l.get().add(t.r0 * lhs.rs),
-                    lhs.rs,
-                    lhs.cs,
-                    r.get().add(t.c0 * rhs.cs),
-                    rhs.rs,
-                    rhs.cs,
-                    gemm::Parallelism::None,
-                )
-            }
+        if t.r1 == t.r0 || t.c1 == t.c0 {
+            continue;
+        }
+        // SAFETY: `gemm_checked` asserted the whole `m x n` product in bounds and every tile
+        // lies inside it; tiles are disjoint and each is claimed once, so parts write disjoint
+        // elements of `dst`, and the operands are only read.
+        unsafe {
+            gemm_raw(
+                t.r1 - t.r0,
+                t.c1 - t.c0,
+                k,
+                d.get().add(t.r0 * dst_rs + t.c0),
+                dst_rs,
+                l.get().add(t.r0 * lhs.rs),
+                lhs.rs,
+                lhs.cs,
+                r.get().add(t.c0 * rhs.cs),
+                rhs.rs,
+                rhs.cs,
+                gemm::Parallelism::None,
+            )
         }
     };
     if threads == 1 || tiles.len() < 2 {

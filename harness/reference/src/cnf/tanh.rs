@@ -109,8 +109,8 @@ const LN2_HI_F32: f32 = 0.693_145_75; // 0x3f317200
 const LN2_LO_F32: f32 = 1.428_606_8e-6; // ln 2 - LN2_HI_F32, rounded
 /// `1.5 * 2^23`: adding and subtracting it rounds an f32 of magnitude below `2^22` to an integer.
 const ROUND_MAGIC_F32: f32 = 12_582_912.0;
-/// Terms of the f32 series `(e^r - 1) / r`: the first left out, `r^10 / 10!` for `r < ln 2`, is
-/// below `2^-27 r`.
+/// Terms of the f32 series `(e^r - 1) / r = sum_i r^i / (i + 1)!`: the first left out,
+/// `r^10 / 11!` for `r < ln 2`, is below `2^-30`.
 const TERMS_F32: usize = 10;
 /// `1 / (i + 1)!` for `i < TERMS_F32`, rounded to f32.
 const INV_FACT_F32: [f32; TERMS_F32] = {
@@ -126,8 +126,10 @@ const INV_FACT_F32: [f32; TERMS_F32] = {
 /// `tanh(x)` in f32 arithmetic throughout, by the same method as [`tanh`] (`m / (m + 2)` with
 /// `m = expm1(2|x|)`, `2|x|` clamped to 20 where `tanh` rounds to 1 in f32), with a 10-term
 /// series: twice the lanes of the f64 form per vector and fewer terms, for the f32 training
-/// path. Guarantees: within 4 ulp (f32) of the correctly rounded value on a dense sweep of the
-/// line (tested against the f64 [`tanh`]), odd bit for bit, `tanh(+-inf) = +-1`, NaN gives NaN.
+/// path. Guarantees: within 4 ulp (f32) of the f64 [`tanh`] rounded to f32 on a dense sweep of
+/// `[-12, 12]` (measured on 4 million points: 94% equal, 5.9% 1 ulp apart, 2 points at 4 ulp,
+/// near `|x| = 0.06`, from the rounding of `m` and `m + 2`), odd bit for bit,
+/// `tanh(+-inf) = +-1`, NaN gives NaN.
 ///
 /// ```
 /// use harness_reference::cnf::tanh::tanh_f32;

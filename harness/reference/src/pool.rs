@@ -57,6 +57,39 @@ struct JobPtr(*const (dyn Fn(usize) + Sync + 'static));
 // SAFETY: the pointee is `Sync` and outlives every use (see `JobPtr`).
 unsafe impl Send for JobPtr {}
 
+/// A buffer's address shared by the parts of a [`Pool::run`] job (or any fork-join split),
+/// each of which touches only elements no other part touches: the split that guarantees it is
+/// the caller's, and every dereference is `unsafe` with that as its condition.
+#[derive(Clone, Copy)]
+pub(crate) struct PartsPtr<A>(*mut A);
+// SAFETY: sharing the address is harmless; each dereference states why its elements are the
+// part's own (see the users).
+unsafe impl<A> Send for PartsPtr<A> {}
+unsafe impl<A> Sync for PartsPtr<A> {}
+impl<A> PartsPtr<A> {
+    pub(crate) fn new(p: *mut A) -> Self {
+        PartsPtr(p)
+    }
+
+    /// A read-only buffer's address (never written through).
+    pub(crate) fn of_read_only(p: *const A) -> Self {
+        PartsPtr(p as *mut A)
+    }
+
+    pub(crate) fn get(self) -> *mut A {
+        self.0
+    }
+
+    /// The `len` elements from `start`.
+    ///
+    /// # Safety
+    /// They lie in the buffer, and no other part touches them while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a mut [A] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+}
+
 struct State {
     /// Incremented by every `run`; a worker runs each generation once.
     generation: u64,

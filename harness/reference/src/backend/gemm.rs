@@ -2,7 +2,7 @@
 //! single-threaded or split across a [`crate::pool::Pool`], whole or by upper-triangle tiles.
 
 use super::Real;
-use crate::pool::Pool;
+use crate::pool::{PartsPtr, Pool};
 
 /// A strided read-only matrix operand of [`gemm_into`]: element `(i, j)` is
 /// `data[offset + i*rs + j*cs]`.
@@ -94,9 +94,9 @@ pub fn gemm_into_pooled<A: Real>(
     let split =
         parts > 1 && m * n * k >= GEMM_PARALLEL_MIN && n > GEMM_SMALL_SIDE && m >= 2 * parts;
     let parts = if split { parts } else { 1 };
-    let d = SendPtr(dst.as_mut_ptr().wrapping_add(dst_offset));
-    let l = SendPtr(lhs.data.as_ptr().wrapping_add(lhs.offset) as *mut A);
-    let r = SendPtr(rhs.data.as_ptr().wrapping_add(rhs.offset) as *mut A);
+    let d = PartsPtr::new(dst.as_mut_ptr().wrapping_add(dst_offset));
+    let l = PartsPtr::of_read_only(lhs.data.as_ptr().wrapping_add(lhs.offset));
+    let r = PartsPtr::of_read_only(rhs.data.as_ptr().wrapping_add(rhs.offset));
     let part = |i: usize| {
         // rows [m i / parts, m (i+1) / parts)
         let (r0, r1) = (m * i / parts, m * (i + 1) / parts);
@@ -167,9 +167,9 @@ pub fn gemm_tiles_pooled<A: Real>(
         );
     }
     let threads = pool.threads();
-    let d = SendPtr(dst.as_mut_ptr());
-    let l = SendPtr(lhs.data.as_ptr().wrapping_add(lhs.offset) as *mut A);
-    let r = SendPtr(rhs.data.as_ptr().wrapping_add(rhs.offset) as *mut A);
+    let d = PartsPtr::new(dst.as_mut_ptr());
+    let l = PartsPtr::of_read_only(lhs.data.as_ptr().wrapping_add(lhs.offset));
+    let r = PartsPtr::of_read_only(rhs.data.as_ptr().wrapping_add(rhs.offset));
     // tiles are claimed in list order from a shared counter: a thread slowed down (by another
     // process on its core) takes fewer of them
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -203,18 +203,6 @@ pub fn gemm_tiles_pooled<A: Real>(
         part(0);
     } else {
         pool.run(&part);
-    }
-}
-
-/// A raw pointer that may cross to pool threads (each part touches its own rows only).
-#[derive(Clone, Copy)]
-struct SendPtr<A>(*mut A);
-// SAFETY: see `gemm_into_pooled`: parts write disjoint rows and only read shared operands.
-unsafe impl<A> Send for SendPtr<A> {}
-unsafe impl<A> Sync for SendPtr<A> {}
-impl<A> SendPtr<A> {
-    fn get(self) -> *mut A {
-        self.0
     }
 }
 

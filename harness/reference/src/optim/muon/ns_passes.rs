@@ -25,28 +25,10 @@
 //!   power-of-two strides (Intel and AMD optimisation manuals, "cache aliasing").
 
 use crate::backend::Real;
-use crate::pool::Pool;
+use crate::pool::{PartsPtr, Pool};
 
 /// Side of the square blocks the passes walk (a block of f64 fills 8 KiB of stack).
 pub const BLOCK: usize = 32;
-
-/// A buffer's address shared by the parts of a pass, each of which touches elements no other
-/// part touches.
-#[derive(Clone, Copy)]
-struct Shared<A>(*mut A);
-// SAFETY: see each pass: parts write disjoint elements and read only elements nothing writes.
-unsafe impl<A> Send for Shared<A> {}
-unsafe impl<A> Sync for Shared<A> {}
-impl<A> Shared<A> {
-    /// The `len` elements from `start`.
-    ///
-    /// # Safety
-    /// They lie in the buffer, and no other part touches them while the slice lives.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn slice(&self, start: usize, len: usize) -> &mut [A] {
-        std::slice::from_raw_parts_mut(self.0.add(start), len)
-    }
-}
 
 /// Run `block(b)` for `b` in `0..count` on the pool, part `p` taking `p, p + threads, ...`.
 fn dealt(pool: &mut Pool, count: usize, block: &(dyn Fn(usize) + Sync)) {
@@ -93,7 +75,10 @@ pub fn update_transpose<A: Real>(
     if let Some((y, _)) = y {
         assert_eq!(y.len(), m * n, "update_transpose: Y's size");
     }
-    let (xs, ts) = (Shared(x.as_mut_ptr()), Shared(xt.as_mut_ptr()));
+    let (xs, ts) = (
+        PartsPtr::new(x.as_mut_ptr()),
+        PartsPtr::new(xt.as_mut_ptr()),
+    );
     let strip = |s: usize| {
         let r0 = s * BLOCK;
         let rows = BLOCK.min(m - r0);
@@ -132,7 +117,7 @@ pub fn update<A: Real>(pool: &mut Pool, x: &mut [A], y: &[A], a: A, n: usize) {
     assert_eq!(x.len(), y.len(), "update: sizes");
     let len = x.len();
     let step = BLOCK * n.max(1);
-    let xs = Shared(x.as_mut_ptr());
+    let xs = PartsPtr::new(x.as_mut_ptr());
     let strip = |s: usize| {
         let (k0, k1) = (s * step, ((s + 1) * step).min(len));
         // SAFETY: elements k0..k1 belong to this strip alone.
@@ -169,7 +154,7 @@ fn complete_symmetric<A: Real>(
     emit: impl Fn(usize, usize, &[A]) + Sync,
 ) {
     let t = m.div_ceil(BLOCK);
-    let sv = Shared(s.as_mut_ptr());
+    let sv = PartsPtr::new(s.as_mut_ptr());
     let pair = |p: usize| {
         let (bi, bj) = upper_pair(p, t);
         let (r0, c0) = (bi * BLOCK, bj * BLOCK);
@@ -222,7 +207,7 @@ fn complete_symmetric<A: Real>(
 /// ```
 pub fn mirror_scale<A: Real>(pool: &mut Pool, a: &mut [A], ca: &mut [A], c: A, m: usize) {
     assert!(a.len() == m * m && ca.len() == m * m, "mirror_scale: sizes");
-    let cv = Shared(ca.as_mut_ptr());
+    let cv = PartsPtr::new(ca.as_mut_ptr());
     let emit = |i: usize, j0: usize, seg: &[A]| {
         // SAFETY: the segment (i, j0..) of CA mirrors one of A that the calling pair alone
         // touches.

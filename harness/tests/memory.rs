@@ -5,7 +5,9 @@
 harness::install_counting_allocator!();
 
 use harness::backend::DType;
-use harness::laws::radam::{reference_steppers, trace_once_memory_flat, MemCase};
+use harness::laws::radam::{
+    last_momentum_step, reference_steppers, trace_once_memory_flat, MemCase,
+};
 use harness::laws::stack::{self, StackCase};
 use harness::laws::{self, RunConfig};
 use harness::stack::StackConfig;
@@ -25,6 +27,7 @@ fn radam_thousand_steps_neither_grow_live_bytes_nor_allocate_in_fused_form() {
                 steps: 1000,
             },
             &*make,
+            last_momentum_step(&Default::default()),
         )
         .unwrap_or_else(|e| panic!("{form}: {e}"));
         assert_eq!(run.traces, Some(1), "{form}");
@@ -49,6 +52,94 @@ fn radam_cond_leak_mutant_is_caught_with_two_steps() {
     let c = r.counterexample.as_deref().unwrap();
     assert!(c.contains("steps: 2"), "not shrunk to N = 2: {c}");
     assert!(c.contains("traces (want 1)"), "{c}");
+}
+
+/// A planted stepper: one update of `params += 0` per step, holding `retained_per_step` bytes
+/// more after each of its first `leaky_steps` steps, and making `temporaries(step)` short-lived
+/// allocations per step.
+struct Planted {
+    step: usize,
+    leaky_steps: usize,
+    retained: Vec<Vec<u8>>,
+    temporaries: fn(usize) -> usize,
+}
+
+impl harness::laws::radam::Stepper for Planted {
+    fn step(
+        &mut self,
+        _params: &mut harness::tree::Tree<f32>,
+        _grads: &harness::tree::Tree<f32>,
+    ) -> harness::reference::Result<()> {
+        self.step += 1;
+        if self.step <= self.leaky_steps {
+            self.retained.push(std::hint::black_box(vec![1u8; 64]));
+        }
+        for _ in 0..(self.temporaries)(self.step) {
+            drop(std::hint::black_box(vec![2u8; 32]));
+        }
+        Ok(())
+    }
+    fn traces(&self) -> Option<usize> {
+        None
+    }
+}
+
+fn planted(
+    leaky_steps: usize,
+    temporaries: fn(usize) -> usize,
+) -> impl Fn(
+    &harness::tree::Tree<f32>,
+) -> harness::reference::Result<Box<dyn harness::laws::radam::Stepper>> {
+    move |_| {
+        Ok(Box::new(Planted {
+            step: 0,
+            leaky_steps,
+            retained: Vec::with_capacity(64),
+            temporaries,
+        }) as Box<dyn harness::laws::radam::Stepper>)
+    }
+}
+
+fn memory_law_fails_a_leak_that_stops_before_the_allocation_windows() {
+    let _g = harness::probe::exclusive();
+    // Holds 64 more bytes after each of steps 1-5, then stops growing: both windows after
+    // RAdam's switch (steps 6-9 and 10-13) are flat, but steps 3-5 end above the warm-up's level.
+    let switch = last_momentum_step(&Default::default());
+    let make = planted(5, |_| 1);
+    let case = MemCase {
+        elements: 3,
+        steps: 4,
+    };
+    let e = trace_once_memory_flat(&case, &make, switch).unwrap_err();
+    assert!(
+        e.contains("grew by 0 then 0 (after step 2: 192 then 0), at most 192 above step 2"),
+        "{e}"
+    );
+    // The same stepper with its leak inside the warm-up passes: the law reads from step 2 on.
+    trace_once_memory_flat(&case, &planted(2, |_| 1), switch).unwrap();
+}
+
+fn memory_law_compares_allocations_within_one_branch() {
+    let _g = harness::probe::exclusive();
+    // An eager RAdam: one temporary per momentum step, three per rectified step (step 6 on).
+    let make = planted(0, |t| if t <= 5 { 1 } else { 3 });
+    let case = MemCase {
+        elements: 3,
+        steps: 2,
+    };
+    let switch = last_momentum_step(&Default::default());
+    let run = trace_once_memory_flat(&case, &make, switch).unwrap();
+    assert_eq!(
+        (run.windows_after, run.allocs_first, run.allocs_second),
+        (5, 6, 6)
+    );
+    // Windows straddling the switch (steps 3-4 against 5-6) see 2 then 4 allocations.
+    let e = trace_once_memory_flat(&case, &make, 0).unwrap_err();
+    assert!(e.contains("allocations 2 then 4"), "{e}");
+    // Allocations that keep growing within the rectified branch are caught after the switch.
+    let growing = planted(0, |t| t);
+    let e = trace_once_memory_flat(&case, &growing, switch).unwrap_err();
+    assert!(e.contains("allocations 13 then 17"), "{e}");
 }
 
 fn measure_sees_an_allocation_and_its_release() {
@@ -396,7 +487,15 @@ fn ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound() {
 }
 
 fn main() {
-    let tests: [(&str, fn()); 19] = [
+    let tests: [(&str, fn()); 21] = [
+        (
+            "memory_law_fails_a_leak_that_stops_before_the_allocation_windows",
+            memory_law_fails_a_leak_that_stops_before_the_allocation_windows,
+        ),
+        (
+            "memory_law_compares_allocations_within_one_branch",
+            memory_law_compares_allocations_within_one_branch,
+        ),
         (
             "this_thread_measurement_ignores_another_threads_free",
             this_thread_measurement_ignores_another_threads_free,

@@ -492,11 +492,16 @@ pub struct MemCase {
     pub steps: usize,
 }
 
-/// What [`trace_once_memory_flat`] measured.
+/// What [`trace_once_memory_flat`] measured. Live bytes are counted from the end of the
+/// warm-up ([`MEMORY_WARMUP_STEPS`]).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct MemRun {
     /// `None` for a stepper that does not stage its update.
     pub traces: Option<usize>,
+    /// The last step before the allocation windows (at least the warm-up).
+    pub windows_after: usize,
+    /// The most live bytes at the end of any measured step, above their level after warm-up.
+    pub live_above_warm_up: i64,
     pub live_growth_first: i64,
     pub live_growth_second: i64,
     pub allocs_first: u64,
@@ -509,16 +514,55 @@ pub type MakeStepper<'a> = &'a dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>;
 /// An owned stepper factory.
 pub type StepperFactory = Box<dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>>;
 
-/// Steps run before the measured windows: past RAdam's switch to the rectified branch under the
-/// default `b2 = 0.999` and threshold 5 (`rho_5 = 4.99`, `rho_6 = 5.99`: steps 1-5 take the
-/// momentum branch), so that both windows measure one branch. An eager implementation that
-/// builds more temporaries in the rectified branch is not growing; a leak still grows every step.
-pub const MEMORY_WARMUP_STEPS: usize = 8;
+/// Steps run before live bytes are first read: the first builds the state (and a staged
+/// stepper's plan), the second any buffer that is created on first reuse.
+pub const MEMORY_WARMUP_STEPS: usize = 2;
 
-/// After [`MEMORY_WARMUP_STEPS`] warm-up steps, two windows of `steps` steps each: live bytes do
-/// not grow in either, the allocation count of the second window is at most the first's, and the
-/// whole run traced once (when the stepper stages its update).
-pub fn trace_once_memory_flat(case: &MemCase, make: MakeStepper) -> Result<MemRun, String> {
+/// Steps within which [`last_momentum_step`] looks for RAdam's switch of branch.
+pub const SWITCH_HORIZON: usize = 1024;
+
+/// The last step that takes RAdam's momentum branch before a switch to the rectified branch
+/// within the first [`SWITCH_HORIZON`] steps, or 0 when all of those steps take one branch.
+///
+/// `rho_t` rises with `t` (see [`RadamHyper::rectification`]), so a run switches at most once:
+/// under the default `b2 = 0.999` and threshold 5, `rho_5 = 4.996` and `rho_6 = 5.994`, and the
+/// answer is 5. With `b2 = 0.5`, `rho_inf = 3` stays below the threshold: no switch.
+///
+/// ```
+/// use harness::laws::radam::last_momentum_step;
+/// use harness::optim::RadamHyper;
+/// let mut hyper = RadamHyper::default();
+/// assert_eq!(last_momentum_step(&hyper), 5);
+/// hyper.moments.b2 = 0.5;
+/// assert_eq!(last_momentum_step(&hyper), 0);
+/// ```
+pub fn last_momentum_step(hyper: &RadamHyper) -> usize {
+    match (1..=SWITCH_HORIZON as i32).find(|&t| hyper.rectification(t).rectified) {
+        Some(first) => first as usize - 1,
+        None => 0,
+    }
+}
+
+/// A memory run of `case.steps`-step windows, for a stepper whose per-step work may change
+/// once, after step `switch` (RAdam: [`last_momentum_step`]; 0 for one branch throughout).
+///
+/// After [`MEMORY_WARMUP_STEPS`] steps the run reads live bytes at the end of every step, and
+/// holds that:
+/// - no step ends with more live bytes than the warm-up left;
+/// - live bytes do not grow over steps `w+1..=w+n` nor `w+n+1..=w+2n` (`n = case.steps`), for
+///   `w` the warm-up and, when the switch comes later, for `w = switch` as well;
+/// - the second of the windows after `max(warm-up, switch)` makes at most as many allocation
+///   calls as the first: both run the same branch, so an eager stepper that builds more
+///   temporaries in its second branch is not growing, while a leak still allocates more;
+/// - the whole run traced once (when the stepper stages its update).
+pub fn trace_once_memory_flat(
+    case: &MemCase,
+    make: MakeStepper,
+    switch: usize,
+) -> Result<MemRun, String> {
+    let n = case.steps;
+    let windows_after = switch.max(MEMORY_WARMUP_STEPS);
+    let measured = windows_after - MEMORY_WARMUP_STEPS + 2 * n;
     let mut params = leaf::<f32>(&vec![0.5; case.elements]);
     let grads = leaf::<f32>(
         &(0..case.elements)
@@ -529,35 +573,60 @@ pub fn trace_once_memory_flat(case: &MemCase, make: MakeStepper) -> Result<MemRu
     for _ in 0..MEMORY_WARMUP_STEPS {
         opt.step(&mut params, &grads).map_err(err)?;
     }
-    let mut window = || {
-        crate::probe::measure(|| {
-            for _ in 0..case.steps {
-                opt.step(&mut params, &grads)?;
-            }
-            Ok::<(), crate::reference::Error>(())
-        })
+    // live[k]: live bytes after step warm-up + k, minus after the warm-up; allocs[k]: the
+    // allocation calls of step warm-up + k + 1.
+    let mut live = Vec::with_capacity(measured + 1);
+    let mut allocs = Vec::with_capacity(measured);
+    live.push(0i64);
+    let mut level = 0i64;
+    for _ in 0..measured {
+        let (r, m) = crate::probe::measure(|| opt.step(&mut params, &grads));
+        r.map_err(err)?;
+        level += m.live_delta;
+        live.push(level);
+        allocs.push(m.allocations);
+    }
+    let a = windows_after - MEMORY_WARMUP_STEPS;
+    let growth = |from: usize| {
+        (
+            live[from + n] - live[from],
+            live[from + 2 * n] - live[from + n],
+        )
     };
-    let (r1, m1) = window();
-    r1.map_err(err)?;
-    let (r2, m2) = window();
-    r2.map_err(err)?;
+    let (early_first, early_second) = growth(0);
+    let (live_growth_first, live_growth_second) = growth(a);
     let run = MemRun {
         traces: opt.traces(),
-        live_growth_first: m1.live_delta,
-        live_growth_second: m2.live_delta,
-        allocs_first: m1.allocations,
-        allocs_second: m2.allocations,
+        windows_after,
+        live_above_warm_up: live.iter().copied().max().unwrap_or(0),
+        live_growth_first,
+        live_growth_second,
+        allocs_first: allocs[a..a + n].iter().sum(),
+        allocs_second: allocs[a + n..a + 2 * n].iter().sum(),
     };
     let ok = run.traces.is_none_or(|t| t == 1)
+        && run.live_above_warm_up <= 0
+        && early_first <= 0
+        && early_second <= 0
         && run.live_growth_first <= 0
         && run.live_growth_second <= 0
         && run.allocs_second <= run.allocs_first;
     if ok {
         Ok(run)
     } else {
+        let early = if a > 0 {
+            format!(" (after step {MEMORY_WARMUP_STEPS}: {early_first} then {early_second})")
+        } else {
+            String::new()
+        };
         Err(format!(
-            "{} steps x 2 windows: {} traces (want 1), live bytes grew by {} then {}, allocations {} then {}",
-            case.steps, run.traces.map_or("unstaged".to_string(), |t| t.to_string()), run.live_growth_first, run.live_growth_second, run.allocs_first, run.allocs_second
+            "{n} steps x 2 windows after step {windows_after}: {} traces (want 1), live bytes grew by {} then {}{early}, at most {} above step {MEMORY_WARMUP_STEPS}, allocations {} then {}",
+            run.traces.map_or("unstaged".to_string(), |t| t.to_string()),
+            run.live_growth_first,
+            run.live_growth_second,
+            run.live_above_warm_up,
+            run.allocs_first,
+            run.allocs_second
         ))
     }
 }
@@ -567,10 +636,17 @@ fn mem_case() -> impl Strategy<Value = MemCase> {
         .prop_map(|(elements, steps)| MemCase { elements, steps })
 }
 
-/// Run the memory law over random sizes with a given stepper factory.
-pub fn run_memory_law(name: &str, cases: u32, seed: u64, make: MakeStepper) -> Result<(), String> {
+/// Run the memory law over random sizes with a given stepper factory whose per-step work may
+/// change after step `switch` (see [`trace_once_memory_flat`]).
+pub fn run_memory_law(
+    name: &str,
+    cases: u32,
+    seed: u64,
+    make: MakeStepper,
+    switch: usize,
+) -> Result<(), String> {
     check_property(name, cases, seed, mem_case(), |c| {
-        trace_once_memory_flat(c, make).map(|_| ())
+        trace_once_memory_flat(c, make, switch).map(|_| ())
     })
 }
 
@@ -721,12 +797,14 @@ pub(crate) fn laws() -> Vec<Law> {
             default_cases: 8,
             measures_memory: true,
             run: |c, s| {
+                let switch = last_momentum_step(&RadamHyper::default());
                 for (form, make) in reference_steppers() {
                     run_memory_law(
                         &format!("radam_steps_trace_once_memory_flat ({form})"),
                         c,
                         s,
                         &*make,
+                        switch,
                     )?;
                 }
                 Ok(())

@@ -4,7 +4,7 @@
 //! memory grows with the number of steps.
 
 use super::Mutant;
-use crate::laws::radam::{leaf, run_memory_law, Stepper};
+use crate::laws::radam::{last_momentum_step, leaf, run_memory_law, Stepper};
 use crate::laws::DEFAULT_SEED;
 use crate::optim::{self, Chain, ScaleByLearningRate, ScaleByRadam, Selection, Transform};
 use crate::reference::Result;
@@ -63,7 +63,13 @@ pub fn mutant() -> Mutant {
             let make =
                 |p: &Tree<f32>| -> Result<Box<dyn Stepper>> { Ok(Box::new(CondLeak::new(p)?)) };
             let _ = leaf::<f32>;
-            run_memory_law("radam_steps_trace_once_memory_flat", 8, DEFAULT_SEED, &make)
+            run_memory_law(
+                "radam_steps_trace_once_memory_flat",
+                8,
+                DEFAULT_SEED,
+                &make,
+                last_momentum_step(&Default::default()),
+            )
         },
     }
 }

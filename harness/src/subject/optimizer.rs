@@ -8,7 +8,7 @@
 //! | `optimizer_rejects_invalid_hyperparameters` | numerics | hyperparameters outside their ranges are an error from `make` or `init`, never a panic or an accepted run |
 //! | `optimizer_state_signature_fixed` | fixed-state-shape | `init` and every `update` give one state signature (path, shape, dtype, weak flag per leaf) |
 //! | `optimizer_one_trace` | trace-count | a staged update traces once over N steps (not applicable to a subject that does not stage) |
-//! | `optimizer_live_bytes_flat` | trace-count | after warm-up, live bytes do not grow over two windows of steps (needs the counting allocator) |
+//! | `optimizer_live_bytes_flat` | trace-count | after two warm-up steps, no step ends above their live bytes and two windows do not grow them; allocations do not grow within one branch (needs the counting allocator) |
 //!
 //! A subject is built per case by a factory, `make(&OptimizerSpec)`, from the algorithm and
 //! hyperparameters the case draws; a factory that does not implement an algorithm returns
@@ -38,7 +38,9 @@
 
 use super::suite_property;
 use crate::backend::{DType, Float};
-use crate::laws::radam::{finiteness_domain, leaf, trace_once_memory_flat, MemCase, Stepper};
+use crate::laws::radam::{
+    finiteness_domain, last_momentum_step, leaf, trace_once_memory_flat, MemCase, Stepper,
+};
 use crate::laws::strategies::{opt_case, OptCase};
 use crate::laws::{by_dtype, timed, unsupported_dtype, Family, LawReport, DEFAULT_SEED};
 use crate::optim::{self, Jit, RadamHyper, Selection, Transform};
@@ -714,10 +716,13 @@ impl<O: Optimizer<f32>> Stepper for Holding<O> {
     }
 }
 
-/// After warm-up, two windows of `case.steps` f32 steps of the first of Adam, RAdam and
-/// Nesterov Adam (default hyperparameters, learning rate 1e-3) the subject supports neither
-/// grow live bytes nor allocate more in the second window than the first, and a staged subject
-/// traces once. Hold [`crate::probe::exclusive`].
+/// [`trace_once_memory_flat`] on f32 steps of the first of Adam, RAdam and Nesterov Adam
+/// (default hyperparameters, learning rate 1e-3) the subject supports: no step ends with more
+/// live bytes than the two warm-up steps left, two windows of `case.steps` steps do not grow
+/// them, the second window allocates no more than the first, and a staged subject traces once.
+/// For RAdam the allocation windows start after its last momentum step
+/// ([`last_momentum_step`]: 5), so that both run the rectified branch. Hold
+/// [`crate::probe::exclusive`].
 pub fn live_bytes_flat<O: BothDtypes>(
     case: &MemCase,
     make: &impl Factory<O>,
@@ -734,9 +739,16 @@ pub fn live_bytes_flat<O: BothDtypes>(
         ..adam
     };
     let mut built = make(&adam);
+    let mut switch = 0;
     for spec in [radam, nesterov] {
         match built {
-            Err(e) if is_unsupported(&e) => built = make(&spec),
+            Err(e) if is_unsupported(&e) => {
+                built = make(&spec);
+                switch = match spec.algorithm {
+                    Algorithm::RAdam => last_momentum_step(&spec.hyper),
+                    _ => 0,
+                };
+            }
             _ => break,
         }
     }
@@ -750,5 +762,5 @@ pub fn live_bytes_flat<O: BothDtypes>(
         let state = opt.init(p)?;
         Ok(Box::new(Holding { opt, state }))
     };
-    trace_once_memory_flat(case, &stepper).map(|_| ())
+    trace_once_memory_flat(case, &stepper, switch).map(|_| ())
 }

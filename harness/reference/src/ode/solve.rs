@@ -380,15 +380,9 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
         // f0 is already in fs[0] after an accepted FSAL step or the initial-step selection
         let first = usize::from(f0_valid);
         if let Some(face) = &face {
-            let k0 = (first == 1).then(|| &fs[..n]);
-            let out = face.step(tprev, tnext, &y, k0, &mut |t, z, k| g.eval(t, z, k));
-            for (dst, k) in fs.chunks_exact_mut(n).zip(&out.ks) {
-                dst.copy_from_slice(k);
-            }
-            y1.copy_from_slice(&out.y1);
-            if let Some(e) = out.err {
-                yerr.copy_from_slice(&e);
-            }
+            dfdx_face_step(
+                face, g, tprev, tnext, &y, first, &mut fs, &mut y1, &mut yerr,
+            );
         } else {
             rk.stages(
                 tprev,
@@ -408,10 +402,7 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
             Run::Const(r) => (r.adapt(tnext), None),
             Run::Pid(r) => {
                 let se = match face {
-                    Some(_) => {
-                        let (rtol, atol) = r.tolerances();
-                        dfdx_step::scaled_error(&y, &y1, &yerr, rtol, atol)
-                    }
+                    Some(_) => dfdx_face_scaled_error(r, &y, &y1, &yerr),
                     None => r.scaled_error(&y, &y1, &yerr),
                 };
                 (r.adapt(tprev, tnext, se), Some(se))
@@ -459,6 +450,43 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
         y_final: y,
         stats,
     })
+}
+
+/// One step of the dfdx face into the solve's buffers: the stage derivatives into `fs`, the new
+/// state into `y1`, the embedded error (when the tableau has one) into `yerr`. Kept out of
+/// [`run`]'s loop (`inline(never)`): inlined, its tape code doubled the size of the loop and
+/// pushed the fast face's step size out of its register.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn dfdx_face_step<A: Real, G: VectorField<A> + ?Sized>(
+    face: &DfdxRkStep<A>,
+    g: &G,
+    tprev: A,
+    tnext: A,
+    y: &[A],
+    first: usize,
+    fs: &mut [A],
+    y1: &mut [A],
+    yerr: &mut [A],
+) {
+    let n = y.len();
+    let k0 = (first == 1).then(|| &fs[..n]);
+    let out = face.step(tprev, tnext, y, k0, &mut |t, z, k| g.eval(t, z, k));
+    for (dst, k) in fs.chunks_exact_mut(n).zip(&out.ks) {
+        dst.copy_from_slice(k);
+    }
+    y1.copy_from_slice(&out.y1);
+    if let Some(e) = out.err {
+        yerr.copy_from_slice(&e);
+    }
+}
+
+/// The dfdx face's scaled error of a candidate step, kept out of [`run`]'s loop like
+/// [`dfdx_face_step`].
+#[inline(never)]
+fn dfdx_face_scaled_error<A: Real>(r: &PidRun<A>, y: &[A], y1: &[A], yerr: &[A]) -> A {
+    let (rtol, atol) = r.tolerances();
+    dfdx_step::scaled_error(y, y1, yerr, rtol, atol)
 }
 
 #[cfg(test)]

@@ -298,8 +298,32 @@ pub fn solve_observed<A: Real, F: VectorField<A> + ?Sized>(
 }
 
 /// The forward loop on `[s0, s1]`, `s1 > s0`, `h0 > 0`; `dir` maps solve time to caller time.
+/// Each face gets a loop of its own ([`run_in`]), so that the fast face's loop holds no trace of
+/// the other's.
 #[allow(clippy::too_many_arguments)]
 fn run<A: Real, G: VectorField<A> + ?Sized>(
+    g: &G,
+    tab: &Tableau,
+    controller: &Controller,
+    s0: A,
+    s1: A,
+    h0: Option<A>,
+    y0: &[A],
+    opts: &SolveOptions,
+    dir: A,
+    observer: impl FnMut(&StepEvent<A>),
+) -> Result<Solution<A>> {
+    match opts.face {
+        Face::Fast => {
+            run_in::<A, G, false>(g, tab, controller, s0, s1, h0, y0, opts, dir, observer)
+        }
+        Face::Dfdx => run_in::<A, G, true>(g, tab, controller, s0, s1, h0, y0, opts, dir, observer),
+    }
+}
+
+/// [`run`] in the fast face (`DFDX = false`) or the dfdx face (`DFDX = true`).
+#[allow(clippy::too_many_arguments)]
+fn run_in<A: Real, G: VectorField<A> + ?Sized, const DFDX: bool>(
     g: &G,
     tab: &Tableau,
     controller: &Controller,
@@ -315,7 +339,7 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
     let st = tab.stages();
     let fsal = tab.fsal();
     let rk = RkStep::<A>::new(tab);
-    let face = (opts.face == Face::Dfdx).then(|| DfdxRkStep::<A>::new(tab));
+    let face = DFDX.then(|| DfdxRkStep::<A>::new(tab));
     // Stage buffers: fs[i*n..(i+1)*n] = f at stage i (unscaled by dt).
     let mut fs = vec![A::zero(); st * n];
     let mut y = y0.to_vec();
@@ -379,7 +403,7 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
         let dt = tnext - tprev;
         // f0 is already in fs[0] after an accepted FSAL step or the initial-step selection
         let first = usize::from(f0_valid);
-        if let Some(face) = &face {
+        if let (true, Some(face)) = (DFDX, &face) {
             dfdx_face_step(
                 face, g, tprev, tnext, &y, first, &mut fs, &mut y1, &mut yerr,
             );
@@ -401,9 +425,10 @@ fn run<A: Real, G: VectorField<A> + ?Sized>(
         let (dec, scaled_error): (Decision<A>, Option<A>) = match &mut ctl {
             Run::Const(r) => (r.adapt(tnext), None),
             Run::Pid(r) => {
-                let se = match face {
-                    Some(_) => dfdx_face_scaled_error(r, &y, &y1, &yerr),
-                    None => r.scaled_error(&y, &y1, &yerr),
+                let se = if DFDX {
+                    dfdx_face_scaled_error(r, &y, &y1, &yerr)
+                } else {
+                    r.scaled_error(&y, &y1, &yerr)
                 };
                 (r.adapt(tprev, tnext, se), Some(se))
             }

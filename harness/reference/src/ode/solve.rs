@@ -267,74 +267,73 @@ pub fn solve_observed<A: Real, F: VectorField<A> + ?Sized>(
             &format!("must have the sign of t1 - t0 = {:?}", t1 - t0),
         )?;
     }
+    let leg = Leg {
+        tab: tableau,
+        controller,
+        s0: t0,
+        s1: t1,
+        h0: dt0,
+        opts,
+        dir: A::one(),
+    };
     if forward {
-        run(
-            field,
-            tableau,
-            controller,
-            t0,
-            t1,
-            dt0,
-            y0,
-            opts,
-            A::one(),
-            observer,
-        )
+        run(field, leg, y0, observer)
     } else {
-        let g = Reversed(field);
-        run(
-            &g,
-            tableau,
-            controller,
-            -t0,
-            -t1,
-            dt0.map(|h| -h),
-            y0,
-            opts,
-            -A::one(),
-            observer,
-        )
+        let backward = Leg {
+            s0: -t0,
+            s1: -t1,
+            h0: dt0.map(|h| -h),
+            dir: -A::one(),
+            ..leg
+        };
+        run(&Reversed(field), backward, y0, observer)
     }
 }
 
-/// The forward loop on `[s0, s1]`, `s1 > s0`, `h0 > 0`; `dir` maps solve time to caller time.
-/// Each face gets a loop of its own ([`run_in`]), so that the fast face's loop holds no trace of
-/// the other's.
-#[allow(clippy::too_many_arguments)]
-fn run<A: Real, G: VectorField<A> + ?Sized>(
-    g: &G,
-    tab: &Tableau,
-    controller: &Controller,
+/// One forward integration for [`run`]: `[s0, s1]` with `s1 > s0`, a first step `h0 > 0` (when
+/// given), and `dir` mapping solve time to the caller's time (`-1` for a solve run backwards as
+/// the forward solve of the reversed field).
+#[derive(Clone, Copy)]
+struct Leg<'a, A> {
+    tab: &'a Tableau,
+    controller: &'a Controller,
     s0: A,
     s1: A,
     h0: Option<A>,
-    y0: &[A],
-    opts: &SolveOptions,
+    opts: &'a SolveOptions,
     dir: A,
+}
+
+/// The stepping loop of `leg`. Each face gets a loop of its own ([`run_in`]), so that the fast
+/// face's loop holds no trace of the other's.
+fn run<A: Real, G: VectorField<A> + ?Sized>(
+    g: &G,
+    leg: Leg<'_, A>,
+    y0: &[A],
     observer: impl FnMut(&StepEvent<A>),
 ) -> Result<Solution<A>> {
-    match opts.face {
-        Face::Fast => {
-            run_in::<A, G, false>(g, tab, controller, s0, s1, h0, y0, opts, dir, observer)
-        }
-        Face::Dfdx => run_in::<A, G, true>(g, tab, controller, s0, s1, h0, y0, opts, dir, observer),
+    match leg.opts.face {
+        Face::Fast => run_in::<A, G, false>(g, leg, y0, observer),
+        Face::Dfdx => run_in::<A, G, true>(g, leg, y0, observer),
     }
 }
 
 /// [`run`] in the fast face (`DFDX = false`) or the dfdx face (`DFDX = true`).
-#[allow(clippy::too_many_arguments)]
 fn run_in<A: Real, G: VectorField<A> + ?Sized, const DFDX: bool>(
     g: &G,
-    tab: &Tableau,
-    controller: &Controller,
-    s0: A,
-    s1: A,
-    h0: Option<A>,
+    leg: Leg<'_, A>,
     y0: &[A],
-    opts: &SolveOptions,
-    dir: A,
     mut observer: impl FnMut(&StepEvent<A>),
 ) -> Result<Solution<A>> {
+    let Leg {
+        tab,
+        controller,
+        s0,
+        s1,
+        h0,
+        opts,
+        dir,
+    } = leg;
     let n = y0.len();
     let st = tab.stages();
     let fsal = tab.fsal();

@@ -688,7 +688,7 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     drop(grads);
     // the stream again after the steps, the best of both counting: the shared host's memory
     // can change speed within a run (measured: Adam at 58.9 GB/s after a stream of 54.7 GB/s
-    // measured before it, 2026-11-27), and a limit taken before the change would not bound
+    // measured before it in one run), and a limit taken before the change would not bound
     let stream = stream.max(stream_4r3w_gbps(reps));
     // a step is a fraction of a millisecond: many repetitions steady its median
     let (ls_ms, ls_evals) = linesearch_rosenbrock(LINESEARCH_DIM, 20 * reps + 1)?;

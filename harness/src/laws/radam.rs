@@ -502,9 +502,13 @@ pub struct MemRun {
     pub windows_after: usize,
     /// The most live bytes at the end of any measured step, above their level after warm-up.
     pub live_above_warm_up: i64,
+    /// Live bytes at the end of the first allocation window minus at its start.
     pub live_growth_first: i64,
+    /// The same over the second allocation window.
     pub live_growth_second: i64,
+    /// Allocation calls in the first window of steps after `windows_after`.
     pub allocs_first: u64,
+    /// Allocation calls in the second window.
     pub allocs_second: u64,
 }
 

@@ -294,8 +294,9 @@ unsafe fn gemm_raw<A: Real>(
 }
 
 /// Depths up to this, for outputs up to [`GEMM_SMALL_SIDE`] wide, are multiplied by
-/// [`gemm_into`] directly rather than by `gemm::gemm`, with the same bits (see
-/// [`shallow_product`]).
+/// [`gemm_into`] in one vectorised pass per output row rather than by `gemm::gemm`, with the
+/// bits of the `gemm::gemm` call: `lhs(i, 0) rhs(0, j)`, plus `lhs(i, 1) rhs(1, j)` (rounded
+/// products, no fused multiply-add), as `gemm` 0.15 forms them for these depths.
 pub const SHALLOW_DEPTH: usize = 2;
 
 /// A product of depth `k <= SHALLOW_DEPTH` and width `n <= GEMM_SMALL_SIDE` (the first layer of a
@@ -380,9 +381,11 @@ impl<A: Real> Kernel for ShallowRows<'_, '_, A> {
 
 /// Outputs at most this wide (and at most [`NARROW_ELEMS`] in all, over a depth above
 /// [`SHALLOW_DEPTH`], from a column-major left operand) are computed by [`gemm_into`] as their
-/// transpose (see [`narrow_product`]).
+/// transpose, `dst^T = rhs^T lhs^T`, which `gemm` runs through full register tiles; each
+/// element is summed as in the direct call, so the bits are the same.
 pub const NARROW_SIDE: usize = 4;
-/// The largest output [`narrow_product`] transposes through its stack buffer.
+/// The largest narrow output (see [`NARROW_SIDE`]) [`gemm_into`] transposes through a stack
+/// buffer.
 pub const NARROW_ELEMS: usize = 1024;
 
 /// A product with a narrow output (`n <= NARROW_SIDE < m`, `m n <= NARROW_ELEMS`) whose left
@@ -395,7 +398,8 @@ pub const NARROW_ELEMS: usize = 1024;
 /// operand layout the transposed call packs cheaply and runs the `m` rows through full register
 /// tiles: 2-4 times faster for `m x 2` outputs over depths 8 to 384 (`64 x 2 x 384`: 8.5 ->
 /// 3.3 us in f64, 7.9 -> 1.9 us in f32). From a row-major left operand it is 10-25% slower,
-/// so that case keeps the direct call. Returns `false` (nothing written) for other shapes.
+/// so that case keeps the direct call, as do products deep enough for the direct call to run
+/// on every thread ([`GEMM_PARALLEL_MIN`]). Returns `false` (nothing written) otherwise.
 #[allow(clippy::too_many_arguments)]
 fn narrow_product<A: Real>(
     m: usize,
@@ -412,6 +416,7 @@ fn narrow_product<A: Real>(
         || n > NARROW_SIDE
         || m <= NARROW_SIDE
         || m * n > NARROW_ELEMS
+        || m * n * k >= GEMM_PARALLEL_MIN
     {
         return false;
     }

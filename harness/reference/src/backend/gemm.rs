@@ -35,9 +35,19 @@ pub fn gemm_into<A: Real>(
     if !gemm_checked(m, n, k, dst, dst_offset, dst_rs, &lhs, &rhs) {
         return;
     }
-    if shallow_product(m, n, k, dst, dst_offset, dst_rs, &lhs, &rhs)
-        || narrow_product(m, n, k, dst, dst_offset, dst_rs, &lhs, &rhs)
-    {
+    let mut small = SmallProduct {
+        m,
+        n,
+        k,
+        out: RowMajor {
+            data: &mut *dst,
+            offset: dst_offset,
+            rs: dst_rs,
+        },
+        lhs: &lhs,
+        rhs: &rhs,
+    };
+    if small.shallow() || small.narrow() {
         return;
     }
     let parallelism = if m * n * k < GEMM_PARALLEL_MIN {
@@ -299,71 +309,136 @@ unsafe fn gemm_raw<A: Real>(
 /// products, no fused multiply-add), as `gemm` 0.15 forms them for these depths.
 pub const SHALLOW_DEPTH: usize = 2;
 
-/// A product of depth `k <= SHALLOW_DEPTH` and width `n <= GEMM_SMALL_SIDE` (the first layer of a
-/// network on 2-D data, or the backward pass through its last one), computed row by row:
-/// `dst(i, j) = lhs(i, 0) rhs(0, j)` for `k = 1` and
-/// `dst(i, j) = lhs(i, 1) rhs(1, j) + lhs(i, 0) rhs(0, j)` for `k = 2`, each product rounded, no
-/// fused multiply-add. Those are the sums `gemm` 0.15 forms for depths up to 2 on every CPU
-/// (`gemm-common`'s `gevv` with the `a * b + c` it is given, and our `alpha = 0`, `beta = 1`),
-/// so the result is bit-identical to the `gemm::gemm` call (tested below on every shape up to
-/// these limits, signed zeros, an infinity and a NaN included). `gevv` walks the output column
-/// by column in a scalar loop; here each row is one vectorised pass ([`vectorised`]). Returns
-/// `false` (nothing written) for other shapes.
-#[allow(clippy::too_many_arguments)]
-fn shallow_product<A: Real>(
+/// An `m x n x k` product into a row-major block, for the two shapes [`gemm_into`] computes
+/// without `gemm::gemm`'s own path.
+struct SmallProduct<'a, 'b, A> {
     m: usize,
     n: usize,
     k: usize,
-    dst: &mut [A],
-    dst_offset: usize,
-    dst_rs: usize,
-    lhs: &Operand<'_, A>,
-    rhs: &Operand<'_, A>,
-) -> bool {
-    if k > SHALLOW_DEPTH || n > GEMM_SMALL_SIDE {
-        return false;
-    }
-    // rhs as k contiguous rows of n
-    let mut rows = [A::default(); SHALLOW_DEPTH * GEMM_SMALL_SIDE];
-    for q in 0..k {
-        for j in 0..n {
-            rows[q * n + j] = rhs.data[rhs.offset + q * rhs.rs + j * rhs.cs];
-        }
-    }
-    vectorised(ShallowRows {
-        m,
-        n,
-        k,
-        dst,
-        dst_offset,
-        dst_rs,
-        lhs,
-        rows: &rows[..k * n],
-    });
-    true
+    out: RowMajor<'a, A>,
+    lhs: &'b Operand<'b, A>,
+    rhs: &'b Operand<'b, A>,
 }
 
-/// The loop of [`shallow_product`]: `dst(i, :) = lhs(i, 0) rows(0, :)`, then
+impl<A: Real> SmallProduct<'_, '_, A> {
+    /// A product of depth `k <= SHALLOW_DEPTH` and width `n <= GEMM_SMALL_SIDE` (the first
+    /// layer of a network on 2-D data, or the backward pass through its last one), computed row
+    /// by row: `dst(i, j) = lhs(i, 0) rhs(0, j)` for `k = 1` and
+    /// `dst(i, j) = lhs(i, 1) rhs(1, j) + lhs(i, 0) rhs(0, j)` for `k = 2`, each product
+    /// rounded, no fused multiply-add. Those are the sums `gemm` 0.15 forms for depths up to 2
+    /// on every CPU (`gemm-common`'s `gevv` with the `a * b + c` it is given, and our
+    /// `alpha = 0`, `beta = 1`), so the result is bit-identical to the `gemm::gemm` call (tested
+    /// below on every shape up to these limits, signed zeros, an infinity and a NaN included).
+    /// `gevv` walks the output column by column in a scalar loop; here each row is one
+    /// vectorised pass ([`vectorised`]). Returns `false` (nothing written) for other shapes.
+    fn shallow(&mut self) -> bool {
+        let (m, n, k, lhs, rhs) = (self.m, self.n, self.k, self.lhs, self.rhs);
+        if k > SHALLOW_DEPTH || n > GEMM_SMALL_SIDE {
+            return false;
+        }
+        // rhs as k contiguous rows of n
+        let mut rows = [A::default(); SHALLOW_DEPTH * GEMM_SMALL_SIDE];
+        for q in 0..k {
+            for j in 0..n {
+                rows[q * n + j] = rhs.data[rhs.offset + q * rhs.rs + j * rhs.cs];
+            }
+        }
+        vectorised(ShallowRows {
+            m,
+            n,
+            k,
+            out: &mut self.out,
+            lhs,
+            rows: &rows[..k * n],
+        });
+        true
+    }
+
+    /// A product with a narrow output (`n <= NARROW_SIDE < m`, `m n <= NARROW_ELEMS`) whose left
+    /// operand is column-major (`lhs.rs == 1`, as `P^T` is in the weight gradient `P^T H` of a
+    /// layer with 2 inputs), computed as `dst^T = rhs^T lhs^T` into a stack buffer (`n x m`,
+    /// row-major) and copied out transposed. Both orders form each element the same way in `gemm`
+    /// (one accumulator from `+0`, the depth in order, each product commutative; the depth chunk
+    /// is the same, since it depends on `k` and on whether both sides are at most
+    /// [`GEMM_SMALL_SIDE`]), so the bits are those of the direct call (tested below), but with this
+    /// operand layout the transposed call packs cheaply and runs the `m` rows through full register
+    /// tiles: 2-4 times faster for `m x 2` outputs over depths 8 to 384 (`64 x 2 x 384`: 8.5 ->
+    /// 3.3 us in f64, 7.9 -> 1.9 us in f32). From a row-major left operand it is 10-25% slower,
+    /// so that case keeps the direct call, as do products deep enough for the direct call to run
+    /// on every thread ([`GEMM_PARALLEL_MIN`]). Returns `false` (nothing written) otherwise.
+    fn narrow(&mut self) -> bool {
+        let (m, n, k, lhs, rhs) = (self.m, self.n, self.k, self.lhs, self.rhs);
+        if k <= SHALLOW_DEPTH
+            || lhs.rs != 1
+            || n > NARROW_SIDE
+            || m <= NARROW_SIDE
+            || m * n > NARROW_ELEMS
+            || m * n * k >= GEMM_PARALLEL_MIN
+        {
+            return false;
+        }
+        let mut t = [A::default(); NARROW_ELEMS];
+        // SAFETY: `gemm_checked` asserted the operands in bounds for `m x k` and `k x n`; the
+        // transposed operands reach the same elements, and `t` holds the `n x m` result.
+        unsafe {
+            gemm_raw(
+                n,
+                m,
+                k,
+                t.as_mut_ptr(),
+                m,
+                rhs.data.as_ptr().add(rhs.offset),
+                rhs.cs,
+                rhs.rs,
+                lhs.data.as_ptr().add(lhs.offset),
+                lhs.cs,
+                lhs.rs,
+                gemm::Parallelism::None,
+            )
+        };
+        for i in 0..m {
+            for (j, v) in self.out.row(i, n).iter_mut().enumerate() {
+                *v = t[j * m + i];
+            }
+        }
+        true
+    }
+}
+
+/// A row-major destination block: element `(i, j)` is `data[offset + i*rs + j]`.
+struct RowMajor<'a, A> {
+    data: &'a mut [A],
+    offset: usize,
+    rs: usize,
+}
+
+impl<A> RowMajor<'_, A> {
+    /// Row `i`'s first `n` elements.
+    #[inline(always)]
+    fn row(&mut self, i: usize, n: usize) -> &mut [A] {
+        let start = self.offset + i * self.rs;
+        &mut self.data[start..start + n]
+    }
+}
+
+/// The loop of [`SmallProduct::shallow`]: `dst(i, :) = lhs(i, 0) rows(0, :)`, then
 /// `dst(i, :) = lhs(i, 1) rows(1, :) + dst(i, :)` when `k = 2`.
-struct ShallowRows<'a, 'b, A> {
+struct ShallowRows<'a, 'b, 'c, A> {
     m: usize,
     n: usize,
     k: usize,
-    dst: &'a mut [A],
-    dst_offset: usize,
-    dst_rs: usize,
+    out: &'a mut RowMajor<'c, A>,
     lhs: &'a Operand<'b, A>,
     rows: &'a [A],
 }
 
-impl<A: Real> Kernel for ShallowRows<'_, '_, A> {
+impl<A: Real> Kernel for ShallowRows<'_, '_, '_, A> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
         let (n, lhs) = (self.n, self.lhs);
         for i in 0..self.m {
-            let start = self.dst_offset + i * self.dst_rs;
-            let out = &mut self.dst[start..start + n];
+            let out = self.out.row(i, n);
             let at = |q: usize| lhs.data[lhs.offset + i * lhs.rs + q * lhs.cs];
             let a = at(0);
             for (o, &r) in out.iter_mut().zip(&self.rows[..n]) {
@@ -388,66 +463,6 @@ pub const NARROW_SIDE: usize = 4;
 /// buffer.
 pub const NARROW_ELEMS: usize = 1024;
 
-/// A product with a narrow output (`n <= NARROW_SIDE < m`, `m n <= NARROW_ELEMS`) whose left
-/// operand is column-major (`lhs.rs == 1`, as `P^T` is in the weight gradient `P^T H` of a
-/// layer with 2 inputs), computed as `dst^T = rhs^T lhs^T` into a stack buffer (`n x m`,
-/// row-major) and copied out transposed. Both orders form each element the same way in `gemm`
-/// (one accumulator from `+0`, the depth in order, each product commutative; the depth chunk
-/// is the same, since it depends on `k` and on whether both sides are at most
-/// [`GEMM_SMALL_SIDE`]), so the bits are those of the direct call (tested below), but with this
-/// operand layout the transposed call packs cheaply and runs the `m` rows through full register
-/// tiles: 2-4 times faster for `m x 2` outputs over depths 8 to 384 (`64 x 2 x 384`: 8.5 ->
-/// 3.3 us in f64, 7.9 -> 1.9 us in f32). From a row-major left operand it is 10-25% slower,
-/// so that case keeps the direct call, as do products deep enough for the direct call to run
-/// on every thread ([`GEMM_PARALLEL_MIN`]). Returns `false` (nothing written) otherwise.
-#[allow(clippy::too_many_arguments)]
-fn narrow_product<A: Real>(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: &mut [A],
-    dst_offset: usize,
-    dst_rs: usize,
-    lhs: &Operand<'_, A>,
-    rhs: &Operand<'_, A>,
-) -> bool {
-    if k <= SHALLOW_DEPTH
-        || lhs.rs != 1
-        || n > NARROW_SIDE
-        || m <= NARROW_SIDE
-        || m * n > NARROW_ELEMS
-        || m * n * k >= GEMM_PARALLEL_MIN
-    {
-        return false;
-    }
-    let mut t = [A::default(); NARROW_ELEMS];
-    // SAFETY: `gemm_checked` asserted the operands in bounds for `m x k` and `k x n`; the
-    // transposed operands reach the same elements, and `t` holds the `n x m` result.
-    unsafe {
-        gemm_raw(
-            n,
-            m,
-            k,
-            t.as_mut_ptr(),
-            m,
-            rhs.data.as_ptr().add(rhs.offset),
-            rhs.cs,
-            rhs.rs,
-            lhs.data.as_ptr().add(lhs.offset),
-            lhs.cs,
-            lhs.rs,
-            gemm::Parallelism::None,
-        )
-    };
-    for i in 0..m {
-        let row = &mut dst[dst_offset + i * dst_rs..dst_offset + i * dst_rs + n];
-        for (j, v) in row.iter_mut().enumerate() {
-            *v = t[j * m + i];
-        }
-    }
-    true
-}
-
 /// Multiply-adds from which [`gemm_into`] runs multi-threaded (2^22: a 128x128x256 product).
 pub const GEMM_PARALLEL_MIN: usize = 1 << 22;
 
@@ -465,6 +480,18 @@ mod gemm_tests {
         v.iter().map(|x| x.as_f64().to_bits()).collect()
     }
 
+    /// The `k x n` right operand held in `r` as a `k x n` row-major matrix, or (transposed) as
+    /// an `n x k` one.
+    fn rhs_operand<A>(r: &[A], k: usize, n: usize, transposed: bool) -> Operand<'_, A> {
+        let (rs, cs) = if transposed { (1, k) } else { (n, 1) };
+        Operand {
+            data: r,
+            offset: 0,
+            rs,
+            cs,
+        }
+    }
+
     /// `m x n` from `m x k` and either a `k x n` operand or (transposed) an `n x k` one.
     fn check_splits<A: Real>(m: usize, n: usize, k: usize, transposed_rhs: bool) {
         let l = data::<A>(m * k, 0.37);
@@ -475,21 +502,7 @@ mod gemm_tests {
             rs: k,
             cs: 1,
         };
-        let rhs = if transposed_rhs {
-            Operand {
-                data: &r,
-                offset: 0,
-                rs: 1,
-                cs: k,
-            }
-        } else {
-            Operand {
-                data: &r,
-                offset: 0,
-                rs: n,
-                cs: 1,
-            }
-        };
+        let rhs = rhs_operand(&r, k, n, transposed_rhs);
         let mut whole = vec![A::default(); m * n];
         gemm_into(m, n, k, &mut whole, 0, n, lhs(0), rhs);
         // any row block is reduced exactly as in the whole product
@@ -540,21 +553,7 @@ mod gemm_tests {
                 cs: m,
             }
         };
-        let rhs = if rhs_t {
-            Operand {
-                data: &r,
-                offset: 0,
-                rs: 1,
-                cs: k,
-            }
-        } else {
-            Operand {
-                data: &r,
-                offset: 0,
-                rs: n,
-                cs: 1,
-            }
-        };
+        let rhs = rhs_operand(&r, k, n, rhs_t);
         let dst_rs = n + 3;
         let mut fast = vec![A::of_f64(7.0); m * dst_rs];
         let mut slow = fast.clone();

@@ -328,7 +328,8 @@ impl<A: Real> SmallProduct<'_, '_, A> {
     /// rounded, no fused multiply-add. Those are the sums `gemm` 0.15 forms for depths up to 2
     /// on every CPU (`gemm-common`'s `gevv` with the `a * b + c` it is given, and our
     /// `alpha = 0`, `beta = 1`), so the result is bit-identical to the `gemm::gemm` call (tested
-    /// below on every shape up to these limits, signed zeros, an infinity and a NaN included).
+    /// below on a grid of shapes up to and past these limits, with signed zeros, an infinity and
+    /// a NaN among the operands).
     /// `gevv` walks the output column by column in a scalar loop; here each row is one
     /// vectorised pass ([`vectorised`]). Returns `false` (nothing written) for other shapes.
     fn shallow(&mut self) -> bool {

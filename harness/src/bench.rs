@@ -1018,15 +1018,15 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
     if let Some(e) = err {
         return Err(e.into());
     }
-    // the generator alone (its vectorised form, as the init runs it), one thread, into a warm
-    // 64 KiB buffer: the compute half of the init
-    let mut scratch = vec![0f32; crate::stack::init::CHUNK_ELEMS];
+    // the generator alone, as the init runs it (hashed, scaled and rounded to f16 in one pass),
+    // one thread, into a warm 32 KiB buffer: the compute half of the init
+    let mut scratch = vec![half::f16::ZERO; crate::stack::init::CHUNK_ELEMS];
     let key = crate::stack::rng::stream_key(0, 0, 0);
     let rounds = 256u64;
     let rng_s = median_seconds(reps, || {
         for r in 0..rounds {
             let start = r * scratch.len() as u64;
-            crate::stack::rng::fill_f32_vectorised(key, 0.5, start, &mut scratch);
+            crate::stack::rng::fill_canonical(key, 0.5, start, &mut scratch);
             std::hint::black_box(&scratch);
         }
     });

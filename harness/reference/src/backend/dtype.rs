@@ -88,6 +88,13 @@ pub trait Float:
     fn zeroed_vec(n: usize) -> Vec<Self> {
         vec![Self::default(); n]
     }
+    /// `s` as a slice of `half::f16` when `Self` is f16 (`None` otherwise): lets a kernel with a
+    /// form of its own for f16 (the f16 fill of [`crate::stack::rng::fill_canonical`]) pick it
+    /// without unsafe casts.
+    fn f16_slice_mut(s: &mut [Self]) -> Option<&mut [half::f16]> {
+        let _ = s;
+        None
+    }
     /// Raw bits, widened, for bitwise comparisons.
     fn bits(self) -> u64;
     fn is_nan(self) -> bool {
@@ -134,6 +141,9 @@ impl Float for half::f16 {
         }
         use half::slice::HalfFloatSliceExt;
         dst.convert_from_f32_slice(src);
+    }
+    fn f16_slice_mut(s: &mut [Self]) -> Option<&mut [half::f16]> {
+        Some(s)
     }
     fn zeroed_vec(n: usize) -> Vec<Self> {
         use half::vec::HalfBitsVecExt;

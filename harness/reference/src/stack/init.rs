@@ -36,7 +36,7 @@
 
 use super::config::{StackConfig, TensorId};
 use super::model::{Layer, LayerList, Stacked};
-use super::rng::{fill_f32, fill_f32_vectorised, limit, stream_key};
+use super::rng::{fill_canonical, fill_f32, limit, stream_key};
 use crate::backend::{Array, DType, Float};
 use crate::error::ensure;
 use crate::Result;
@@ -304,28 +304,19 @@ pub fn chunk_elems(cfg: &StackConfig) -> usize {
     CHUNK_ELEMS.min(cfg.width() * cfg.hidden())
 }
 
-/// Elements generated at a time inside a chunk: an f32 tile on the thread's stack (8 KiB),
-/// converted straight into the output.
-const TILE: usize = 2048;
-
 /// Fill `part`, the elements `first ..` of the stacked tensor `t` (layer `g / len`, index
-/// `g % len` for element `g`), with their canonical values cast to `E`, tile by tile.
+/// `g % len` for element `g`), with their canonical values cast to `E`, one run of a layer's
+/// stream at a time ([`fill_canonical`]).
 fn fill_stacked<E: Float>(cfg: &StackConfig, seed: u64, t: TensorId, first: usize, part: &mut [E]) {
     let (len, lim) = (cfg.layer_len(t), limit(cfg.fan_in(t)));
-    let mut f = [0f32; TILE];
     let mut g = first;
-    for tile in part.chunks_mut(TILE) {
-        let mut done = 0;
-        while done < tile.len() {
-            // a run within one layer's stream
-            let (l, i) = (g / len, g % len);
-            let k = (tile.len() - done).min(len - i);
-            let key = stream_key(seed, l as u64, t as u64);
-            fill_f32_vectorised(key, lim, i as u64, &mut f[..k]);
-            E::cast_f32_slice(&f[..k], &mut tile[done..done + k]);
-            done += k;
-            g += k;
-        }
+    let mut rest = part;
+    while !rest.is_empty() {
+        let (l, i) = (g / len, g % len);
+        let (run, after) = rest.split_at_mut(rest.len().min(len - i));
+        fill_canonical(stream_key(seed, l as u64, t as u64), lim, i as u64, run);
+        g += run.len();
+        rest = after;
     }
 }
 

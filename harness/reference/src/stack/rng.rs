@@ -25,7 +25,7 @@
 //! assert!(init_value(1, 2, 3, 4, 16).abs() <= 0.25);
 //! ```
 
-use crate::backend::{run_at, vectorised, Kernel, Simd};
+use crate::backend::{run_at, vectorised, Float, Kernel, Simd};
 
 /// SplitMix64's increment (2^64 / golden ratio).
 pub const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -146,6 +146,138 @@ pub fn fill_f32_at(level: Simd, key: u64, lim: f32, start: u64, out: &mut [f32])
     )
 }
 
+/// Elements generated at a time by [`fill_canonical`]'s general form: an f32 tile on the
+/// thread's stack (8 KiB), converted straight into the output.
+const TILE: usize = 2048;
+
+/// Fill `out` with the canonical values of elements `start .. start + out.len()` of the stream
+/// `key` (scaled by `lim`), each rounded to `E` (round to nearest even): the bits of
+/// [`fill_f32`] followed by [`Float::cast_f32_slice`], whatever the CPU.
+///
+/// For f16 on a CPU with AVX-512 F and DQ, sixteen values at a time are hashed, converted and
+/// rounded to f16 in registers, and only the f16 values are stored. Otherwise
+/// the values go through an f32 tile on the stack ([`fill_f32_vectorised`], then the cast).
+///
+/// # Example
+/// ```
+/// use half::f16;
+/// use harness_reference::stack::rng::{fill_canonical, stream_key, uniform_at};
+/// let key = stream_key(1, 2, 3);
+/// let mut out = [f16::ZERO; 40];
+/// fill_canonical(key, 0.5, 100, &mut out);
+/// for (i, x) in out.iter().enumerate() {
+///     assert_eq!(*x, f16::from_f32(uniform_at(key, 100 + i as u64) * 0.5));
+/// }
+/// ```
+pub fn fill_canonical<E: Float>(key: u64, lim: f32, start: u64, out: &mut [E]) {
+    if let Some(h) = E::f16_slice_mut(out) {
+        if fused_f16(key, lim, start, h) {
+            return;
+        }
+    }
+    let mut f = [0f32; TILE];
+    let mut at = start;
+    for tile in out.chunks_mut(TILE) {
+        let f = &mut f[..tile.len()];
+        fill_f32_vectorised(key, lim, at, f);
+        E::cast_f32_slice(f, tile);
+        at = at.wrapping_add(tile.len() as u64);
+    }
+}
+
+/// [`fill_canonical`] for f16 in AVX-512 registers; `false` (and `out` untouched) on a CPU
+/// without AVX-512 F and DQ.
+fn fused_f16(key: u64, lim: f32, start: u64, out: &mut [half::f16]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+    {
+        // SAFETY: the CPU has the AVX-512 F and DQ instructions the function is compiled for
+        let done = unsafe { x86::fill_f16_avx512(key, lim, start, out) };
+        // the last `len % 16` values one at a time, with the same bits
+        let mut f = [0f32; 16];
+        let rest = &mut out[done..];
+        fill_f32(
+            key,
+            lim,
+            start.wrapping_add(done as u64),
+            &mut f[..rest.len()],
+        );
+        for (o, x) in rest.iter_mut().zip(f) {
+            *o = half::f16::from_f32(x);
+        }
+        return true;
+    }
+    let _ = (key, lim, start, out);
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::GOLDEN;
+    use std::arch::x86_64::*;
+
+    /// The first `16 floor(len / 16)` values of [`super::fill_canonical`] for f16, sixteen at a
+    /// time; returns how many it wrote.
+    ///
+    /// Per 64-bit lane, with `z` the counter `key + (start + i + 1) G (mod 2^64)`:
+    /// `y = (z ^ z >> 30) C1`, `y = (y ^ y >> 27) C2` (two wrapping 64-bit products), which is
+    /// SplitMix64's `mix64(z)` before its last step `h = y ^ y >> 31`. That step changes bits
+    /// 0..32 only, so the 24 bits kept, `h >> 40`, are `y >> 40`. The high 32-bit halves of two
+    /// vectors of eight lanes are gathered into one vector of sixteen, then per lane
+    /// `k = (y >> 32 >> 8) - 2^23` (exact in i32), `x = f32(k) * (lim 2^-23)` (an exact conversion
+    /// and one rounding, as in [`super::fill_f32`]), and `f16(x)` rounded to nearest even.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F and DQ.
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) unsafe fn fill_f16_avx512(
+        key: u64,
+        lim: f32,
+        start: u64,
+        out: &mut [half::f16],
+    ) -> usize {
+        let whole = out.len() / 16 * 16;
+        let z0 = key.wrapping_add(start.wrapping_add(1).wrapping_mul(GOLDEN));
+        let lane = |i: u64| z0.wrapping_add(i.wrapping_mul(GOLDEN)) as i64;
+        // counters of elements 0..8 and 8..16 of the current block of sixteen
+        let mut za = _mm512_set_epi64(
+            lane(7),
+            lane(6),
+            lane(5),
+            lane(4),
+            lane(3),
+            lane(2),
+            lane(1),
+            lane(0),
+        );
+        let mut zb = _mm512_add_epi64(za, _mm512_set1_epi64(GOLDEN.wrapping_mul(8) as i64));
+        let step = _mm512_set1_epi64(GOLDEN.wrapping_mul(16) as i64);
+        let c1 = _mm512_set1_epi64(0xBF58_476D_1CE4_E5B9_u64 as i64);
+        let c2 = _mm512_set1_epi64(0x94D0_49BB_1331_11EB_u64 as i64);
+        let half_range = _mm512_set1_epi32(1 << 23);
+        let scale = _mm512_set1_ps(lim * (1.0 / (1u32 << 23) as f32));
+        // the odd 32-bit words (the high halves of the 64-bit lanes) of `a`, then of `b`
+        let high_words =
+            _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        let mix = |z: __m512i| {
+            let y = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64::<30>(z)), c1);
+            _mm512_mullo_epi64(_mm512_xor_si512(y, _mm512_srli_epi64::<27>(y)), c2)
+        };
+        for block in out[..whole].chunks_exact_mut(16) {
+            let high = _mm512_permutex2var_epi32(mix(za), high_words, mix(zb));
+            let k = _mm512_sub_epi32(_mm512_srli_epi32::<8>(high), half_range);
+            let x = _mm512_mul_ps(_mm512_cvtepi32_ps(k), scale);
+            let h = _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+            // SAFETY: `block` holds sixteen f16 (32 bytes); the store is unaligned
+            unsafe { _mm256_storeu_si256(block.as_mut_ptr().cast::<__m256i>(), h) };
+            za = _mm512_add_epi64(za, step);
+            zb = _mm512_add_epi64(zb, step);
+        }
+        whole
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +379,57 @@ mod tests {
                 assert!(same(&fast, &slow), "{level:?}");
             }
         }
+    }
+
+    /// `fill_canonical::<E>` against its definition, `E::of_f32` of each [`fill_f32`] value.
+    fn canonical_fill_matches_its_definition<E: Float>(key: u64, lim: f32, start: u64, len: usize) {
+        let mut want = vec![0f32; len];
+        fill_f32(key, lim, start, &mut want);
+        let mut got = vec![E::default(); len];
+        fill_canonical(key, lim, start, &mut got);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.bits(),
+                E::of_f32(*w).bits(),
+                "{:?} element {i} of {len} from {start}, lim {lim}",
+                E::DTYPE
+            );
+        }
+    }
+
+    #[test]
+    fn the_canonical_fill_is_the_f32_fill_rounded_for_every_length_start_and_dtype() {
+        // lengths around the sixteen-value blocks and the 2048-value tile; counters that wrap
+        // around; limits giving f16 subnormals and zeros (2^-15), and f16 overflow to infinity
+        // (7e4 > 65504)
+        let lens = [0, 1, 15, 16, 17, 31, 32, 33, 1000, 2048, 4100];
+        let lims = [1.0, limit(3), limit(1 << 30), 7.0e4];
+        for (key, start) in [
+            (0u64, 0u64),
+            (stream_key(7, 3, 1), 12_345),
+            (u64::MAX, u64::MAX - 500),
+        ] {
+            for (&len, &lim) in lens.iter().flat_map(|l| lims.iter().map(move |m| (l, m))) {
+                canonical_fill_matches_its_definition::<half::f16>(key, lim, start, len);
+                canonical_fill_matches_its_definition::<f32>(key, lim, start, len);
+                canonical_fill_matches_its_definition::<f64>(key, lim, start, len);
+            }
+        }
+    }
+
+    #[test]
+    fn the_f16_fill_runs_in_registers_where_the_cpu_has_avx512() {
+        // the test above checks the fused form only where it runs: say whether it did
+        let mut out = [half::f16::ZERO; 3];
+        let fused = fused_f16(1, 0.5, 0, &mut out);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            fused,
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+        );
+        #[cfg(not(target_arch = "x86_64"))]
+        assert!(!fused);
     }
 
     #[test]

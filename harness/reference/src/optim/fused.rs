@@ -129,6 +129,28 @@ impl<E: Float> FusedMoments<E> {
     pub fn state(&self) -> &MomentState<E::Acc> {
         &self.state
     }
+    /// The state, writable: to restore a checkpoint, or to run other passes over the same
+    /// memory (`harness bench` times its traffic limit there). [`FusedMoments::step`] checks the
+    /// state against the parameters' structure before every step, so a state of another shape
+    /// gives a typed error, not a wrong update.
+    ///
+    /// ```
+    /// use harness_reference::backend::Array;
+    /// use harness_reference::optim::{AdamHyper, FusedMoments};
+    /// use harness_reference::tree::Tree;
+    /// let leaf = |v: f32| Tree::from_leaves([("w".to_string(), Array::new(vec![3], vec![v; 3])?)]);
+    /// let (mut p, g) = (leaf(1.0)?, leaf(0.5)?);
+    /// let mut adam = FusedMoments::adam(0.1, AdamHyper::default(), &p)?;
+    /// adam.step(&mut p, &g)?;
+    /// let saved = adam.state().clone();
+    /// adam.step(&mut p, &g)?;
+    /// *adam.state_mut() = saved.clone();
+    /// assert_eq!(adam.state(), &saved);
+    /// # Ok::<(), harness_reference::Error>(())
+    /// ```
+    pub fn state_mut(&mut self) -> &mut MomentState<E::Acc> {
+        &mut self.state
+    }
     pub fn traces(&self) -> usize {
         self.stage.traces()
     }

@@ -3,7 +3,8 @@
 //! Each kernel is timed over a range of sizes (median seconds per call; a sample repeats short
 //! calls back to back until it lasts long enough to time). Where the kernel has a physical
 //! limit, it is the limit `bench all` uses, measured in the same run at the largest size of the
-//! range (the stream before and after the two optimizer kernels, the faster counting) and
+//! range (for the optimizer kernels, the stream over each kernel's own arrays before and after
+//! its timing, the faster counting) and
 //! converted into a predicted time for every size:
 //!
 //! | kernel | size | limit |
@@ -338,16 +339,18 @@ pub fn figures(s: &Scaling) -> Vec<Figure> {
 
 fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel; 2]> {
     let largest = 1usize << plan.params_log2.iter().copied().max().unwrap_or(10);
-    // the stream before and after the two kernels, the faster counting: the host's memory
-    // bandwidth moves between its states within a run, and a limit taken at one moment only
-    // can fall below a kernel timed at another
-    let stream_before = super::stream_4r3w_gbps_at(largest, plan.reps.min(5));
     let mut timed = Vec::new();
+    // each kernel's limit: the 4-read 3-write pass over its own arrays at the largest size,
+    // before and after its timing, the faster counting ([`super::own_arrays_pass`]; where an
+    // array lands changes how fast it streams on the shared host, and the host's memory moves
+    // between states within a run)
+    let mut streams = Vec::new();
     for rectified in [false, true] {
         if rectified {
             on_kernel("radam_fused");
         }
         let mut measured = Vec::new();
+        let mut stream = 0.0f64;
         for &e in &plan.params_log2 {
             let n = 1usize << e;
             let leaf = |v: f32| -> Result<Tree<f32>> {
@@ -365,6 +368,15 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
             for _ in 0..8 {
                 opt.step(&mut p, &g)?; // past RAdam's switch to the rectified branch
             }
+            let own_stream = |p: &mut Tree<f32>, opt: &mut FusedMoments<f32>| {
+                let secs = super::best_seconds(plan.reps.min(5), || {
+                    super::own_arrays_pass(p, &g, opt.state_mut())
+                });
+                (super::FUSED_BYTES_PER_PARAM * n) as f64 / secs / 1e9
+            };
+            if n == largest {
+                stream = stream.max(own_stream(&mut p, &mut opt));
+            }
             let mut err = None;
             let secs = median_per_call(plan.reps, plan.min_sample, || {
                 if let Err(e) = opt.step(&mut p, &g) {
@@ -374,17 +386,21 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
             if let Some(e) = err {
                 return Err(e.into());
             }
+            if n == largest {
+                stream = stream.max(own_stream(&mut p, &mut opt));
+            }
             measured.push((n, secs));
         }
         timed.push(measured);
+        streams.push(stream);
     }
-    let stream = stream_before.max(super::stream_4r3w_gbps_at(largest, plan.reps.min(5)));
-    let limit = |n: usize| (super::FUSED_BYTES_PER_PARAM * n) as f64 / (stream * 1e9);
     let mut out = Vec::new();
-    for ((name, rectified), measured) in [("adam_fused", false), ("radam_fused", true)]
+    for (((name, rectified), measured), stream) in [("adam_fused", false), ("radam_fused", true)]
         .into_iter()
         .zip(timed)
+        .zip(streams)
     {
+        let limit = |n: usize| (super::FUSED_BYTES_PER_PARAM * n) as f64 / (stream * 1e9);
         let measured = measured
             .into_iter()
             .map(|(n, secs)| (n as f64, secs, Some(limit(n))))
@@ -398,8 +414,8 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
             "parameters",
             measured,
             &format!(
-                "stream_4r3w at {} parameters ({stream:.2} GB/s): 28 B per parameter \
-                 (read g, p, m, v; write p, m, v)",
+                "stream_4r3w, own arrays, {} ({stream:.2} GB/s): 28 B per parameter (read g, p, \
+                 m, v; write p, m, v, over the step's own arrays at {0} parameters)",
                 size_label(largest as f64)
             ),
         ));

@@ -94,7 +94,16 @@ impl Outputs {
                     path.display()
                 ));
             }
-            probe_writable(flag, path)?;
+            match special_target(path) {
+                // a device or pipe (`/dev/null`, `/dev/stdout`): opened for writing, never
+                // replaced
+                Some(_) => std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map(drop)
+                    .map_err(|e| format!("{flag} {}: cannot write there: {e}", path.display()))?,
+                None => probe_writable(flag, path)?,
+            }
             seen.push((flag.clone(), abs));
         }
         for (flag, dir) in &self.dirs {
@@ -159,8 +168,45 @@ fn temp_beside(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
+/// `Some(target)` when `path` exists (symlinks followed) and is not a regular file: a device
+/// such as `/dev/null`, a pipe, a socket. Such a path is written in place; renaming a file over
+/// it would replace the device node itself.
+fn special_target(path: &Path) -> Option<PathBuf> {
+    let meta = std::fs::metadata(path).ok()?;
+    (!meta.is_file() && !meta.is_dir()).then(|| path.to_path_buf())
+}
+
 /// Write `bytes` to `path` atomically: a temporary file beside it, flushed, then renamed over it.
+/// A symlink is followed (its target is replaced, the link kept), and an existing path that is
+/// not a regular file (`/dev/null`, a pipe) is written in place instead.
+///
+/// ```
+/// use harness::report::output::write_atomic;
+/// let dir = std::env::temp_dir().join(format!("harness-atomic-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let (file, link) = (dir.join("report.json"), dir.join("latest.json"));
+/// std::fs::write(&file, "old").unwrap();
+/// # #[cfg(unix)]
+/// # {
+/// std::os::unix::fs::symlink(&file, &link).unwrap();
+/// write_atomic(&link, b"new").unwrap();
+/// // the link is kept and its target replaced
+/// assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+/// assert_eq!(std::fs::read(&file).unwrap(), b"new");
+/// # }
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    if let Some(target) = special_target(path) {
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .open(&target)
+            .and_then(|mut f| f.write_all(bytes))
+            .map_err(|e| format!("{}: {e}", path.display()));
+    }
+    // a symlink's target is the file to replace
+    let resolved = std::fs::canonicalize(path).ok();
+    let path = resolved.as_deref().unwrap_or(path);
     let tmp = temp_beside(path);
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -172,4 +218,60 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
         let _ = std::fs::remove_file(&tmp);
         format!("{}: {e}", path.display())
     })
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+
+    /// A pipe in a scratch directory and a non-blocking reader of it (never a real device: a
+    /// regression that renames over its output must not be able to replace `/dev/null`).
+    fn pipe_in_scratch(name: &str) -> (PathBuf, PathBuf, std::fs::File) {
+        let dir = std::env::temp_dir().join(format!("harness-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("out.json");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        (dir, fifo, reader)
+    }
+
+    fn drained(mut reader: std::fs::File) -> Vec<u8> {
+        let mut got = Vec::new();
+        let _ = reader.read_to_end(&mut got);
+        got
+    }
+
+    #[test]
+    fn a_pipe_is_written_in_place_never_replaced_by_a_file() {
+        let (dir, fifo, reader) = pipe_in_scratch("fifo");
+        Outputs::new().output("--json", &fifo).check().unwrap();
+        write_atomic(&fifo, b"[1]").unwrap();
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        assert_eq!(drained(reader), b"[1]");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_link_to_a_pipe_writes_the_pipe_and_keeps_the_link() {
+        let (dir, fifo, reader) = pipe_in_scratch("fifo-link");
+        let link = dir.join("latest.json");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        write_atomic(&link, b"{}").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        assert_eq!(drained(reader), b"{}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -94,15 +94,13 @@ impl Outputs {
                     path.display()
                 ));
             }
-            match special_target(path) {
-                // a device or pipe (`/dev/null`, `/dev/stdout`): opened for writing, never
-                // replaced
-                Some(_) => std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
+            if is_special(path) {
+                // a device or pipe (`/dev/null`): opened for writing, never replaced
+                open_in_place(path)
                     .map(drop)
-                    .map_err(|e| format!("{flag} {}: cannot write there: {e}", path.display()))?,
-                None => probe_writable(flag, path)?,
+                    .map_err(|e| format!("{flag} {}: cannot write there: {e}", path.display()))?;
+            } else {
+                probe_writable(flag, path)?;
             }
             seen.push((flag.clone(), abs));
         }
@@ -168,12 +166,16 @@ fn temp_beside(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
-/// `Some(target)` when `path` exists (symlinks followed) and is not a regular file: a device
-/// such as `/dev/null`, a pipe, a socket. Such a path is written in place; renaming a file over
-/// it would replace the device node itself.
-fn special_target(path: &Path) -> Option<PathBuf> {
-    let meta = std::fs::metadata(path).ok()?;
-    (!meta.is_file() && !meta.is_dir()).then(|| path.to_path_buf())
+/// Whether `path` exists (symlinks followed) and is neither a regular file nor a directory: a
+/// device such as `/dev/null`, a pipe, a socket. Such a path is written in place; renaming a
+/// file over it would replace the device node itself.
+fn is_special(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
+/// `path` opened for writing as it is (not created, not truncated, not replaced).
+fn open_in_place(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new().write(true).open(path)
 }
 
 /// Write `bytes` to `path` atomically: a temporary file beside it, flushed, then renamed over it.
@@ -197,10 +199,8 @@ fn special_target(path: &Path) -> Option<PathBuf> {
 /// std::fs::remove_dir_all(&dir).unwrap();
 /// ```
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    if let Some(target) = special_target(path) {
-        return std::fs::OpenOptions::new()
-            .write(true)
-            .open(&target)
+    if is_special(path) {
+        return open_in_place(path)
             .and_then(|mut f| f.write_all(bytes))
             .map_err(|e| format!("{}: {e}", path.display()));
     }

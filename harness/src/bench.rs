@@ -88,28 +88,29 @@ fn fig(name: &str, value: f64, unit: &str) -> Figure {
     }
 }
 
+/// Wall time of one call of `f`, in seconds.
+pub fn seconds(f: impl FnOnce()) -> f64 {
+    let s = Instant::now();
+    f();
+    s.elapsed().as_secs_f64()
+}
+
+/// The median of `times` (the upper middle one of an even count; at least one time).
+pub fn median(mut times: Vec<f64>) -> f64 {
+    times.sort_by(|a, b| a.total_cmp(b));
+    times[times.len() / 2]
+}
+
 /// Median wall time of `reps` runs of `f`, in seconds.
 pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
-    let mut t: Vec<f64> = (0..reps.max(1))
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(|a, b| a.total_cmp(b));
-    t[t.len() / 2]
+    median((0..reps.max(1)).map(|_| seconds(&mut f)).collect())
 }
 
 /// Shortest wall time of `reps` runs of `f`, in seconds: what a limit measures (the best the
 /// machine does on that work in this run).
 pub fn best_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
     (0..reps.max(1))
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
+        .map(|_| seconds(&mut f))
         .fold(f64::INFINITY, f64::min)
 }
 
@@ -724,32 +725,23 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     // streamed at 71-78 GB/s, the other and a separate stream's arrays at 58-62; allocating them
     // in the other order swapped the two) and changes within seconds, so a limit measured on
     // other arrays or at other moments need not bound the step.
-    let timed = |f: &mut dyn FnMut()| {
-        let s = Instant::now();
-        f();
-        s.elapsed().as_secs_f64()
-    };
     let (mut adam_lim_s, mut radam_lim_s) = (f64::INFINITY, f64::INFINITY);
     let (mut adam_t, mut radam_t) = (Vec::new(), Vec::new());
     for _ in 0..reps {
-        adam_lim_s = adam_lim_s.min(timed(&mut || {
+        adam_lim_s = adam_lim_s.min(seconds(|| {
             own_arrays_pass(&mut params, &grads, adam.state_mut())
         }));
-        adam_t.push(timed(&mut || {
+        adam_t.push(seconds(|| {
             adam.step(&mut params, &grads).expect("validated")
         }));
-        radam_lim_s = radam_lim_s.min(timed(&mut || {
+        radam_lim_s = radam_lim_s.min(seconds(|| {
             own_arrays_pass(&mut params, &grads, radam.state_mut())
         }));
-        radam_t.push(timed(&mut || {
+        radam_t.push(seconds(|| {
             radam.step(&mut params, &grads).expect("validated")
         }));
     }
     drop(adam);
-    let median = |mut t: Vec<f64>| {
-        t.sort_by(|a, b| a.total_cmp(b));
-        t[t.len() / 2]
-    };
     let (adam_s, radam_s) = (median(adam_t), median(radam_t));
     let (adam_lim, radam_lim) = (bytes / adam_lim_s / 1e9, bytes / radam_lim_s / 1e9);
     // Counted on a rayon worker (every thread's allocations count): a call from outside the

@@ -722,7 +722,7 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     // Each step's limit is the same traffic over the step's own arrays, timed just before each
     // of its repetitions. On this shared host the speed of memory depends on where an array
     // lands (measured: in 20 interleaved rounds, the optimizer whose state was allocated second
-    // streamed at 71-78 GB/s, the other and a separate stream's arrays at 58-62; allocating them
+    // streamed at 71-78 GB/s, the other and a separate stream's arrays at 53-62; allocating them
     // in the other order swapped the two) and changes within seconds, so a limit measured on
     // other arrays or at other moments need not bound the step.
     let (mut adam_lim_s, mut radam_lim_s) = (f64::INFINITY, f64::INFINITY);

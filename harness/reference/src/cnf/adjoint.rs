@@ -40,7 +40,7 @@
 //!   mode of a forward-mode tangent computation).
 
 use super::config::Layout;
-use super::field::{squash_all, Kept, Sbc};
+use super::field::Kept;
 use crate::backend::{gemm_into, vectorised, Kernel, Operand, Real};
 
 /// Scratch buffers of the backward pass, in the arithmetic type `A` (f32 or f64).
@@ -49,12 +49,11 @@ pub struct BackScratch<A = f64> {
     ubar: Vec<A>,
     hbar: Vec<A>,
     w1bar: Vec<A>,
-    sbc: Sbc<A>,
     acc: Vec<A>,
 }
 
-/// The backward pass of the evaluation kept in `kept`: with `bar = [fbar (n x d), trbar (n)]`,
-/// writes `ybar = [(df/dy)^T fbar + (dtr/dy)^T trbar, 0]` (length `n (d + 1)`) and adds the
+/// The backward pass of the evaluation kept in `kept` (made by [`super::field::forward`] with the
+/// same weights `th`, whose sigmoids it reuses): with `bar = [fbar (n x d), trbar (n)]`, writes `ybar = [(df/dy)^T fbar + (dtr/dy)^T trbar, 0]` (length `n (d + 1)`) and adds the
 /// parameter cotangent into `thbar`. Its element-wise loops are compiled for the CPU's widest
 /// vectors ([`vectorised`]; no fused multiply-add, sums in a fixed order: the bits of the
 /// portable build). Generic over the arithmetic type `A` (f32 or f64): the same loops in each,
@@ -161,8 +160,7 @@ fn backward_body<A: Real>(
         let (inp, wo) = (l.inp, l.out);
         let (h, p) = (&kept.h[li], &kept.p[li]);
         let ubar = &mut sc.ubar[..rows * wo];
-        squash_all(th, l, t, &mut sc.sbc);
-        let (sv, bv, _) = sc.sbc.split3(wo);
+        let (sv, bv, _) = kept.sbc[li].split3(wo);
         // sbar_j, cbar_j, b1bar_j (column sums), then Pbar = Ubar * s in place
         let acc = &mut sc.acc;
         acc.clear();
@@ -250,10 +248,8 @@ fn backward_body<A: Real>(
             break;
         }
         // Through the nonlinearity of layer li - 1: H = [h'; g du_q], du_q = P_q s
-        let lb = &layout.layers[li - 1];
         let pb = &kept.p[li - 1];
-        squash_all(th, lb, t, &mut sc.sbc);
-        let sv = sc.sbc.split3(inp).0;
+        let sv = kept.sbc[li - 1].split3(inp).0;
         let ubar = &mut sc.ubar[..rows * inp];
         let hbar = &sc.hbar[..rows * inp];
         let gbar = &mut sc.acc;

@@ -102,12 +102,14 @@ impl<'a, A: Real> BlockField<'a, A> {
 }
 
 /// One evaluation's intermediate values, kept for the backward pass of [`super::adjoint`]: the
-/// time and, per layer, the stacked input `H` and product `P = H W1^T`. Reused between calls.
+/// time and, per layer, the stacked input `H`, the product `P = H W1^T` and the per-unit vectors
+/// `[s; b1; c]` at that time (so the backward pass does not evaluate the sigmoids again).
+/// Reused between calls.
 pub struct Kept<A> {
     pub(super) t: A,
     pub(super) h: Vec<Vec<A>>,
     pub(super) p: Vec<Vec<A>>,
-    pub(super) sbc: Sbc<A>,
+    pub(super) sbc: Vec<Sbc<A>>,
 }
 
 impl<A: Real> Default for Kept<A> {
@@ -116,7 +118,7 @@ impl<A: Real> Default for Kept<A> {
             t: A::zero(),
             h: Vec::new(),
             p: Vec::new(),
-            sbc: Sbc(Vec::new()),
+            sbc: Vec::new(),
         }
     }
 }
@@ -135,7 +137,7 @@ impl<A> Sbc<A> {
 }
 
 /// `[s; b1; c]` of layer `l` at time `t` into `out`.
-pub(super) fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc<A>) {
+fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc<A>) {
     let w = l.out;
     out.0.resize(3 * w, A::zero());
     for j in 0..w {
@@ -236,6 +238,7 @@ fn forward_body<A: Real>(
     kept.t = t;
     kept.h.resize_with(nl, Vec::new);
     kept.p.resize_with(nl, Vec::new);
+    kept.sbc.resize_with(nl, Sbc::default);
     // H_0 = [y; e_1 ..; e_d] or [y; eps]
     let h0 = &mut kept.h[0];
     h0.resize(rows * d, A::zero());
@@ -278,8 +281,8 @@ fn forward_body<A: Real>(
         );
         let p = &kept.p[li];
         let last = li + 1 == nl;
-        squash_all(th, l, t, &mut kept.sbc);
-        let (sv, bv, cv) = kept.sbc.split3(wo);
+        squash_all(th, l, t, &mut kept.sbc[li]);
+        let (sv, bv, cv) = kept.sbc[li].split3(wo);
         if last {
             // f = (P_h + b1) s + c; tr from du = P_q s
             for i in 0..n {

@@ -241,9 +241,10 @@ pub fn log_likelihood_with<A: Real>(
 }
 
 /// Run `f` on the batch cut into `ceil(n / GRAD_CHUNK)` chunks of equal size within one sample
-/// ([`GRAD_CHUNK`]; on rayon's threads; every sample's flow is independent of the others', and
-/// the cut depends on `n` only, not on the thread count), returning the chunks' results in order, or the first chunk's error. `f` gets the
-/// index of the chunk's first sample (for error messages naming a sample of the whole batch).
+/// ([`GRAD_CHUNK`], [`chunk_bounds`]; on rayon's threads; every sample's flow is independent of
+/// the others', and the cut depends on `n` only, not on the thread count), returning the chunks'
+/// results in order, or the first chunk's error. `f` gets the index of the chunk's first sample
+/// (for error messages naming a sample of the whole batch).
 fn by_chunks<A: Real, R: Send>(
     d: usize,
     x: &[A],
@@ -252,16 +253,21 @@ fn by_chunks<A: Real, R: Send>(
 ) -> Result<Vec<R>> {
     use rayon::prelude::*;
     let n = x.len() / d;
-    let chunks = n.div_ceil(GRAD_CHUNK);
-    let parts: Vec<Result<R>> = (0..chunks)
+    let parts: Vec<Result<R>> = (0..n.div_ceil(GRAD_CHUNK))
         .into_par_iter()
         .map(|c| {
-            // samples [n c / chunks, n (c + 1) / chunks): equal shares, within one sample
-            let (i0, i1) = (n * c / chunks, n * (c + 1) / chunks);
+            let (i0, i1) = chunk_bounds(n, c);
             f(i0, &x[i0 * d..i1 * d], probes.map(|p| &p[i0 * d..i1 * d]))
         })
         .collect();
     parts.into_iter().collect()
+}
+
+/// Samples `[n c / chunks, n (c + 1) / chunks)` of a batch of `n`, `chunks = ceil(n / GRAD_CHUNK)`:
+/// chunk `c`'s share, equal to the others' within one sample.
+fn chunk_bounds(n: usize, c: usize) -> (usize, usize) {
+    let chunks = n.div_ceil(GRAD_CHUNK);
+    (n * c / chunks, n * (c + 1) / chunks)
 }
 
 fn log_likelihood_chunk<A: Real>(
@@ -524,4 +530,30 @@ fn chunk_loss_and_grad<A: Real, F: DiffField<A>>(
         grads,
         checkpoints,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_batch_in_order_and_differ_in_size_by_at_most_one_sample() {
+        assert_eq!(
+            (0..4).map(|c| chunk_bounds(500, c)).collect::<Vec<_>>(),
+            [(0, 125), (125, 250), (250, 375), (375, 500)]
+        );
+        for n in 1..=4 * GRAD_CHUNK + 3 {
+            let chunks = n.div_ceil(GRAD_CHUNK);
+            let sizes: Vec<usize> = (0..chunks)
+                .map(|c| {
+                    let (i0, i1) = chunk_bounds(n, c);
+                    assert_eq!(i0, if c == 0 { 0 } else { chunk_bounds(n, c - 1).1 });
+                    i1 - i0
+                })
+                .collect();
+            assert_eq!(chunk_bounds(n, chunks - 1).1, n);
+            let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+            assert!(hi - lo <= 1 && *hi <= GRAD_CHUNK && *lo > 0, "n = {n}: {sizes:?}");
+        }
+    }
 }

@@ -110,9 +110,25 @@ pub trait Float:
 pub trait Real:
     Float<Acc = Self> + num_traits::Float + Send + Sync + std::iter::Sum + DfdxOps + DfdxMatOps
 {
+    /// The first rows of [`super::lane_dot_rows`] computed in this CPU's vector registers by a
+    /// form written for `Self`, with the same bits; returns how many rows it wrote (`0`: no such
+    /// form here, every row is left to the portable loop).
+    #[doc(hidden)]
+    fn lane_dot_rows_simd(a: &[Self], b: &[Self], k: usize, out: &mut [Self]) -> usize {
+        let _ = (a, b, k, out);
+        0
+    }
 }
-impl Real for f32 {}
-impl Real for f64 {}
+impl Real for f32 {
+    fn lane_dot_rows_simd(a: &[f32], b: &[f32], k: usize, out: &mut [f32]) -> usize {
+        super::lanes::dot_rows_simd_f32(a, b, k, out)
+    }
+}
+impl Real for f64 {
+    fn lane_dot_rows_simd(a: &[f64], b: &[f64], k: usize, out: &mut [f64]) -> usize {
+        super::lanes::dot_rows_simd_f64(a, b, k, out)
+    }
+}
 
 /// The dfdx operations the composed forms use, stamped for the concrete dtypes so that generic
 impl Float for half::f16 {

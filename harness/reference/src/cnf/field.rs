@@ -49,7 +49,7 @@
 //! [`TraceEstimator::Hutchinson`]: super::TraceEstimator::Hutchinson
 
 use super::config::{LayerLayout, Layout};
-use crate::backend::{gemm_into, vectorised, Kernel, Operand, Real};
+use crate::backend::{gemm_into, lane_dot_rows, vectorised, Kernel, Operand, Real};
 use crate::ode::VectorField;
 use std::cell::RefCell;
 
@@ -135,6 +135,13 @@ impl<A> Sbc<A> {
         (s, b, c)
     }
 }
+
+/// Layers with at most this many outputs (the last, one per data dimension) compute
+/// `P = H W1^T` as [`lane_dot_rows`] (each element one dot product of `H`'s row with a row of
+/// `W1`, in the lane order) instead of a general product: the general product runs a two-column
+/// output through mostly empty register tiles, 2.6 times slower in f32 (7.7 against 3.0 us for
+/// one chunk's `375 x 2 x 64`) and 1.5 times in f64 (8.0 against 5.3 us).
+pub const NARROW_OUT: usize = 4;
 
 /// `[s; b1; c]` of layer `l` at time `t` into `out`.
 fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc<A>) {
@@ -259,26 +266,36 @@ fn forward_body<A: Real>(
         // P = H W1^T; W1^T as a strided operand: (c, j) = W1[j, c] = th[w1 + j inp + c]
         let p = &mut kept.p[li];
         p.resize(rows * wo, A::zero());
-        gemm_into(
-            rows,
-            wo,
-            inp,
-            p,
-            0,
-            wo,
-            Operand {
-                data: &kept.h[li],
-                offset: 0,
-                rs: inp,
-                cs: 1,
-            },
-            Operand {
-                data: th,
-                offset: l.w1,
-                rs: 1,
-                cs: inp,
-            },
-        );
+        if wo <= NARROW_OUT {
+            // the last layer's few outputs: P = H W1^T as dot products in the lane order
+            lane_dot_rows(
+                &kept.h[li][..rows * inp],
+                &th[l.w1..l.w1 + wo * inp],
+                inp,
+                p,
+            );
+        } else {
+            gemm_into(
+                rows,
+                wo,
+                inp,
+                p,
+                0,
+                wo,
+                Operand {
+                    data: &kept.h[li],
+                    offset: 0,
+                    rs: inp,
+                    cs: 1,
+                },
+                Operand {
+                    data: th,
+                    offset: l.w1,
+                    rs: 1,
+                    cs: inp,
+                },
+            );
+        }
         let p = &kept.p[li];
         let last = li + 1 == nl;
         squash_all(th, l, t, &mut kept.sbc[li]);

@@ -553,7 +553,10 @@ mod tests {
                 .collect();
             assert_eq!(chunk_bounds(n, chunks - 1).1, n);
             let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
-            assert!(hi - lo <= 1 && *hi <= GRAD_CHUNK && *lo > 0, "n = {n}: {sizes:?}");
+            assert!(
+                hi - lo <= 1 && *hi <= GRAD_CHUNK && *lo > 0,
+                "n = {n}: {sizes:?}"
+            );
         }
     }
 }

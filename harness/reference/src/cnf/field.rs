@@ -23,7 +23,9 @@
 //!
 //! [`forward`] stacks the primal rows `h` (`n x in`) and the `k` tangent blocks `dh_q` into one
 //! `R x in` matrix `H = [h; dh_1; ..; dh_k]`, `R = (1 + k) n`, so each layer is one product
-//! `P = H W1^T` (`R x out`), then with `s = sigmoid(w2 t + b2)` and `c = w3 t`:
+//! `P = H W1^T` (`R x out`; a general product, or for the last layer's few outputs one dot
+//! product per element in the lane order, [`NARROW_OUT`]), then with `s = sigmoid(w2 t + b2)`
+//! and `c = w3 t`:
 //!
 //! ```text
 //! u    = (P_h + b1) * s + c        du_q = P_q * s
@@ -139,8 +141,9 @@ impl<A> Sbc<A> {
 /// Layers with at most this many outputs (the last, one per data dimension) compute
 /// `P = H W1^T` as [`lane_dot_rows`] (each element one dot product of `H`'s row with a row of
 /// `W1`, in the lane order) instead of a general product: the general product runs a two-column
-/// output through mostly empty register tiles, 2.6 times slower in f32 (7.7 against 3.0 us for
-/// one chunk's `375 x 2 x 64`) and 1.5 times in f64 (8.0 against 5.3 us).
+/// output through mostly empty register tiles: for `384 x 2 x 64` (a chunk of 128 samples with
+/// the exact trace in 2-D), 7.7 against 3.0 us in f32 and 8.0 against 5.3 us in f64, on one core
+/// of the benchmark machine (AVX-512).
 pub const NARROW_OUT: usize = 4;
 
 /// `[s; b1; c]` of layer `l` at time `t` into `out`.

@@ -353,7 +353,8 @@ pub fn attach_limits(figures: &mut [Figure]) {
             ),
             "gemm_f64_384x64x64_all_cores_gflops" => {
                 f.limit_source = Some(
-                    "is the limit: f64 gemm of one chunk's layer product, every core at once"
+                    "is the limit: f64 gemm_into (the step's own product kernel) on one chunk's \
+                     layer product, every core at once"
                         .into(),
                 )
             }
@@ -369,7 +370,8 @@ pub fn attach_limits(figures: &mut [Figure]) {
             ),
             "gemm_f32_384x64x64_all_cores_gflops" => {
                 f.limit_source = Some(
-                    "is the limit: f32 gemm of one chunk's layer product, every core at once"
+                    "is the limit: f32 gemm_into (the step's own product kernel) on one chunk's \
+                     layer product, every core at once"
                         .into(),
                 )
             }
@@ -1139,9 +1141,13 @@ pub const CNF_STEP_PER_FORWARD: f64 = 1.0 + 1.0 + 2.0;
 /// gradient through 10 constant Tsit5 steps with the exact trace and the full tape, AdamW
 /// update — for width 64, depth 3, one block, batch 500, 2-D two-moons), the forward
 /// log-likelihood of the same batch, and the limit: the step's matrix-product flops divided by
-/// the f64 gemm rate of one chunk's `384 x 64 x 64` layer product run on every core at once,
-/// measured in the same run (the step cuts the batch into [`crate::cnf::flow::GRAD_CHUNK`]
-/// chunks, one core each). The step's products are [`CNF_STEP_PER_FORWARD`] forward solves'
+/// the f64 rate of one chunk's `384 x 64 x 64` layer product run on every core at once,
+/// measured in the same run (the step cuts the batch into chunks of at most
+/// [`crate::cnf::flow::GRAD_CHUNK`] samples, one core each). The product is timed through
+/// [`crate::backend::gemm_into`], the step's own entry point, so the limit's rate is that of the
+/// fastest kernel the step has for it: on AVX-512 CPUs the register-tiled outer products
+/// (58 GFLOP/s a core in f64 on the benchmark machine, against `gemm` 0.15's 37), elsewhere
+/// `gemm`'s. The step's products are [`CNF_STEP_PER_FORWARD`] forward solves'
 /// worth. The same step trained in f32 (`train_step_w64_d3_b500_f32_ms`) has its own limit:
 /// the same flops at the f32 rate of the same product, measured in the same run.
 fn cnf(quick: bool) -> Result<Vec<Figure>> {

@@ -118,15 +118,29 @@ pub trait Real:
         let _ = (a, b, k, out);
         0
     }
+    /// A small product as a sum of outer products in this CPU's vector registers, with the bits
+    /// of the `gemm` call (see [`super::gemm::OuterProduct`]); `false` (nothing written) where
+    /// there is no such form.
+    #[doc(hidden)]
+    fn outer_product_simd(o: super::gemm::OuterProduct<'_, Self>) -> bool {
+        let _ = o;
+        false
+    }
 }
 impl Real for f32 {
     fn lane_dot_rows_simd(a: &[f32], b: &[f32], k: usize, out: &mut [f32]) -> usize {
         super::lanes::dot_rows_simd_f32(a, b, k, out)
     }
+    fn outer_product_simd(o: super::gemm::OuterProduct<'_, f32>) -> bool {
+        super::gemm::outer_product_simd_f32(o)
+    }
 }
 impl Real for f64 {
     fn lane_dot_rows_simd(a: &[f64], b: &[f64], k: usize, out: &mut [f64]) -> usize {
         super::lanes::dot_rows_simd_f64(a, b, k, out)
+    }
+    fn outer_product_simd(o: super::gemm::OuterProduct<'_, f64>) -> bool {
+        super::gemm::outer_product_simd_f64(o)
     }
 }
 

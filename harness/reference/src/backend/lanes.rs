@@ -706,7 +706,7 @@ mod tests {
                             let got = out[i * n + j];
                             assert!(
                                 Float::bits(got) == Float::bits(want)
-                                    || (got != got && want != want),
+                                    || (Float::is_nan(got) && Float::is_nan(want)),
                                 "{:?} m {m} n {n} k {k}: ({i}, {j}) {got:?} != {want:?}",
                                 A::DTYPE
                             );

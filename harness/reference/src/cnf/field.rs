@@ -112,6 +112,8 @@ pub struct Kept<A> {
     pub(super) h: Vec<Vec<A>>,
     pub(super) p: Vec<Vec<A>>,
     pub(super) sbc: Vec<Sbc<A>>,
+    /// Scratch: the current layer's `W1^T`, row-major.
+    w1t: Vec<A>,
 }
 
 impl<A: Real> Default for Kept<A> {
@@ -121,6 +123,7 @@ impl<A: Real> Default for Kept<A> {
             h: Vec::new(),
             p: Vec::new(),
             sbc: Vec::new(),
+            w1t: Vec::new(),
         }
     }
 }
@@ -278,6 +281,17 @@ fn forward_body<A: Real>(
                 p,
             );
         } else {
+            // W1^T row-major (in x out), so that both operands are read by rows: the product
+            // is then a sum of outer products in registers (`gemm_into`'s path for such
+            // operands), with the bits of the strided call
+            let w1t = &mut kept.w1t;
+            w1t.resize(inp * wo, A::zero());
+            let w1 = &th[l.w1..l.w1 + wo * inp];
+            for (c, row) in w1t.chunks_exact_mut(wo).enumerate() {
+                for (o, x) in row.iter_mut().enumerate() {
+                    *x = w1[o * inp + c];
+                }
+            }
             gemm_into(
                 rows,
                 wo,
@@ -292,10 +306,10 @@ fn forward_body<A: Real>(
                     cs: 1,
                 },
                 Operand {
-                    data: th,
-                    offset: l.w1,
-                    rs: 1,
-                    cs: inp,
+                    data: w1t,
+                    offset: 0,
+                    rs: wo,
+                    cs: 1,
                 },
             );
         }

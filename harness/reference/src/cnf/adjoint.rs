@@ -53,8 +53,9 @@ pub struct BackScratch<A = f64> {
 }
 
 /// The backward pass of the evaluation kept in `kept` (made by [`super::field::forward`] with the
-/// same weights `th`, whose sigmoids it reuses): with `bar = [fbar (n x d), trbar (n)]`, writes `ybar = [(df/dy)^T fbar + (dtr/dy)^T trbar, 0]` (length `n (d + 1)`) and adds the
-/// parameter cotangent into `thbar`. Its element-wise loops are compiled for the CPU's widest
+/// same weights `th`, whose sigmoids it reuses): with `bar = [fbar (n x d), trbar (n)]`, writes
+/// `ybar = [(df/dy)^T fbar + (dtr/dy)^T trbar, 0]` (length `n (d + 1)`) and adds the parameter
+/// cotangent into `thbar`. Its element-wise loops are compiled for the CPU's widest
 /// vectors ([`vectorised`]; no fused multiply-add, sums in a fixed order: the bits of the
 /// portable build). Generic over the arithmetic type `A` (f32 or f64): the same loops in each,
 /// every value and every sum in `A`.

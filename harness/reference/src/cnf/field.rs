@@ -143,8 +143,8 @@ impl<A> Sbc<A> {
 
 /// Layers with at most this many outputs (the last, one per data dimension) compute
 /// `P = H W1^T` as [`lane_dot_rows`] (each element one dot product of `H`'s row with a row of
-/// `W1`, in the lane order) instead of a general product: the general product runs a two-column
-/// output through mostly empty register tiles: for `384 x 2 x 64` (a chunk of 128 samples with
+/// `W1`, in the lane order) instead of a general product, which runs a two-column output through
+/// mostly empty register tiles. For `384 x 2 x 64` (a chunk of 128 samples with
 /// the exact trace in 2-D), 7.7 against 3.0 us in f32 and 8.0 against 5.3 us in f64, on one core
 /// of the benchmark machine (AVX-512).
 pub const NARROW_OUT: usize = 4;
@@ -269,7 +269,7 @@ fn forward_body<A: Real>(
     }
     for (li, l) in layout.layers.iter().enumerate() {
         let (inp, wo) = (l.inp, l.out);
-        // P = H W1^T; W1^T as a strided operand: (c, j) = W1[j, c] = th[w1 + j inp + c]
+        // P = H W1^T, W1[j, c] = th[w1 + j inp + c]
         let p = &mut kept.p[li];
         p.resize(rows * wo, A::zero());
         if wo <= NARROW_OUT {

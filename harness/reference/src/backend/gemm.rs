@@ -242,7 +242,16 @@ fn gemm_checked<A: Real>(
     if m == 0 || n == 0 {
         return false;
     }
-    let last = |o: usize, rs: usize, cs: usize, r: usize, c: usize| o + (r - 1) * rs + (c - 1) * cs;
+    // the last index an operand's strides reach, or `usize::MAX` if it does not fit a `usize`
+    // (so strides that would wrap around cannot pass the checks)
+    let last = |o: usize, rs: usize, cs: usize, r: usize, c: usize| {
+        (r - 1)
+            .checked_mul(rs)
+            .zip((c - 1).checked_mul(cs))
+            .and_then(|(a, b)| a.checked_add(b))
+            .and_then(|a| a.checked_add(o))
+            .unwrap_or(usize::MAX)
+    };
     assert!(
         last(dst_offset, dst_rs, 1, m, n) < dst.len() && (m == 1 || dst_rs >= n),
         "gemm_into: dst"
@@ -479,18 +488,32 @@ pub struct OuterProduct<'a, A> {
     pub dst_rs: usize,
 }
 
-/// [`OuterProduct`] in f32 or f64 registers: `false` (nothing written) without AVX-512 F.
+/// [`OuterProduct`] in f32 or f64 registers: `false` (nothing written) without AVX-512 F and
+/// FMA, or for an empty product.
 macro_rules! outer_product_simd {
     ($name:ident, $t:ty, $kernel:ident) => {
         pub(super) fn $name(o: OuterProduct<'_, $t>) -> bool {
+            // `gemm` forms the chain with fused multiply-adds only where the CPU reports FMA
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // bounds: the last element each operand's strides reach
-                let last = |rows: usize, rs: usize, cols: usize| (rows - 1) * rs + cols - 1;
+            if o.m > 0
+                && o.n > 0
+                && o.k > 0
+                && std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                // bounds: the last element each operand's strides reach (`usize::MAX` if that
+                // does not fit a `usize`, so wrapping strides fail the check)
+                let last = |rows: usize, rs: usize, cols: usize, cs: usize| {
+                    (rows - 1)
+                        .checked_mul(rs)
+                        .zip((cols - 1).checked_mul(cs))
+                        .and_then(|(a, b)| a.checked_add(b))
+                        .unwrap_or(usize::MAX)
+                };
                 assert!(
-                    (o.m - 1) * o.lhs_rs + (o.k - 1) * o.lhs_cs < o.lhs.len()
-                        && last(o.k, o.rhs_rs, o.n) < o.rhs.len()
-                        && last(o.m, o.dst_rs, o.n) < o.dst.len(),
+                    last(o.m, o.lhs_rs, o.k, o.lhs_cs) < o.lhs.len()
+                        && last(o.k, o.rhs_rs, o.n, 1) < o.rhs.len()
+                        && last(o.m, o.dst_rs, o.n, 1) < o.dst.len(),
                     "outer product: an operand does not hold {} x {} x {}",
                     o.m,
                     o.n,
@@ -833,6 +856,28 @@ mod gemm_tests {
                 }
             }
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "gemm_into: lhs")]
+    fn strides_whose_extent_wraps_around_are_out_of_bounds_not_a_small_extent() {
+        // 3 rs = 2^64 + 2 wraps to 2, inside a 5-element slice, if the check wraps too
+        let rs = usize::MAX / 3 + 1;
+        let (l, r) = ([1.0f32; 5], [1.0f32; 6]);
+        let mut dst = [0.0f32; 8];
+        let lhs = Operand {
+            data: &l[..],
+            offset: 0,
+            rs,
+            cs: 1,
+        };
+        let rhs = Operand {
+            data: &r[..],
+            offset: 0,
+            rs: 2,
+            cs: 1,
+        };
+        gemm_into(4, 2, 3, &mut dst, 0, 2, lhs, rhs);
     }
 
     #[test]

@@ -458,7 +458,8 @@ mod x86 {
         for i0 in (0..whole).step_by(16) {
             for j in 0..n {
                 let bj = b.add(j * k);
-                let v: [__m512; 16] = std::array::from_fn(|r| {
+                let mut v = [_mm512_setzero_ps(); 16];
+                for (r, v) in v.iter_mut().enumerate() {
                     let ar = a.add((i0 + r) * k);
                     // lane q: ((0 + t_q) + t_{q+16}) + ..., t_c = a_c b_c rounded
                     let mut acc = _mm512_setzero_ps();
@@ -476,8 +477,8 @@ mod x86 {
                         );
                         acc = _mm512_add_ps(acc, t);
                     }
-                    acc
-                });
+                    *v = acc;
+                }
                 _mm512_storeu_ps(sums.as_mut_ptr(), tree16(v));
                 for (r, &s) in sums.iter().enumerate() {
                     out[(i0 + r) * n + j] = s;
@@ -507,7 +508,8 @@ mod x86 {
         for i0 in (0..whole).step_by(8) {
             for j in 0..n {
                 let bj = b.add(j * k);
-                let v: [__m512d; 8] = std::array::from_fn(|r| {
+                let mut v = [_mm512_setzero_pd(); 8];
+                for (r, v) in v.iter_mut().enumerate() {
                     let ar = a.add((i0 + r) * k);
                     let (mut lo, mut hi) = (_mm512_setzero_pd(), _mm512_setzero_pd());
                     let mut c = 0;
@@ -528,15 +530,19 @@ mod x86 {
                             _mm512_maskz_loadu_pd(tail_lo, bj.add(c)),
                         );
                         lo = _mm512_add_pd(lo, t);
-                        let t = _mm512_mul_pd(
-                            _mm512_maskz_loadu_pd(tail_hi, ar.add(c + 8)),
-                            _mm512_maskz_loadu_pd(tail_hi, bj.add(c + 8)),
-                        );
-                        hi = _mm512_add_pd(hi, t);
+                        // lanes 8..16 only if the partial block reaches them (the pointer must
+                        // stay inside the row)
+                        if rest > 8 {
+                            let t = _mm512_mul_pd(
+                                _mm512_maskz_loadu_pd(tail_hi, ar.add(c + 8)),
+                                _mm512_maskz_loadu_pd(tail_hi, bj.add(c + 8)),
+                            );
+                            hi = _mm512_add_pd(hi, t);
+                        }
                     }
                     // w = 8: lane_k += lane_{k+8}
-                    _mm512_add_pd(lo, hi)
-                });
+                    *v = _mm512_add_pd(lo, hi);
+                }
                 _mm512_storeu_pd(sums.as_mut_ptr(), tree8(v));
                 for (r, &s) in sums.iter().enumerate() {
                     out[(i0 + r) * n + j] = s;

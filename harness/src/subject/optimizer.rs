@@ -738,11 +738,13 @@ pub fn live_bytes_flat<O: BothDtypes>(
         algorithm: Algorithm::RAdam,
         ..adam
     };
+    let mut chosen = adam;
     let mut built = make(&adam);
     let mut switch = 0;
     for spec in [radam, nesterov] {
         match built {
             Err(e) if is_unsupported(&e) => {
+                chosen = spec;
                 built = make(&spec);
                 switch = match spec.algorithm {
                     Algorithm::RAdam => last_momentum_step(&spec.hyper),
@@ -752,13 +754,15 @@ pub fn live_bytes_flat<O: BothDtypes>(
             _ => break,
         }
     }
-    let opt = built.map_err(|e| e.to_string())?;
-    let cell = std::cell::RefCell::new(Some(opt));
+    // the first stepper from the optimizer built above; a second run (see
+    // `trace_once_memory_flat`) builds a fresh one from the same spec
+    let first = std::cell::RefCell::new(Some(built.map_err(|e| e.to_string())?));
     let stepper = |p: &Tree<f32>| -> Result<Box<dyn Stepper>> {
-        let mut opt = cell
-            .borrow_mut()
-            .take()
-            .ok_or_else(|| Error::External("the memory law builds one stepper".into()))?;
+        let taken = first.borrow_mut().take();
+        let mut opt = match taken {
+            Some(opt) => opt,
+            None => make(&chosen)?,
+        };
         let state = opt.init(p)?;
         Ok(Box::new(Holding { opt, state }))
     };

@@ -563,9 +563,10 @@ pub fn last_momentum_step(hyper: &RadamHyper) -> usize {
 /// The live bytes are the whole process's ([`crate::probe::measure`]). A failing run is run
 /// again with a fresh stepper, and the law fails only if that run fails too: a stepper's own
 /// growth repeats (it is deterministic), while an allocation another thread made during a
-/// window does not (in a test binary the harness's main thread records each finished test's
-/// result while the next test measures, and one such record, 517 bytes kept, once failed the
-/// law on the reference Adam).
+/// window does not. In a libtest binary the harness's own threads record each finished test
+/// while the next one measures; once in CI the law failed on the reference Adam with 517 bytes
+/// kept in one window and none in the next, which did not happen again in six reruns (most
+/// likely such a record).
 pub fn trace_once_memory_flat(
     case: &MemCase,
     make: MakeStepper,

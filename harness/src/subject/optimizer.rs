@@ -754,15 +754,10 @@ pub fn live_bytes_flat<O: BothDtypes>(
             _ => break,
         }
     }
-    // the first stepper from the optimizer built above; a second run (see
-    // `trace_once_memory_flat`) builds a fresh one from the same spec
-    let first = std::cell::RefCell::new(Some(built.map_err(|e| e.to_string())?));
+    built.map_err(|e| e.to_string())?;
+    // each run of the law (a failing one is run again) gets a fresh optimizer of that spec
     let stepper = |p: &Tree<f32>| -> Result<Box<dyn Stepper>> {
-        let taken = first.borrow_mut().take();
-        let mut opt = match taken {
-            Some(opt) => opt,
-            None => make(&chosen)?,
-        };
+        let mut opt = make(&chosen)?;
         let state = opt.init(p)?;
         Ok(Box::new(Holding { opt, state }))
     };

@@ -892,6 +892,7 @@ mod gemm_tests {
             (2, 64, OUTER_MAX_DEPTH),
             (301, 33, 200),
             (383, 48, 64),
+            (201, 17, 64),
             (7, 9, 511),
         ] {
             for (lr, rt) in [(true, false), (false, false)] {

@@ -364,7 +364,7 @@ impl<A: Real> SmallProduct<'_, '_, A> {
             k,
             out: &mut self.out,
             lhs,
-            rows: &rows[..k * n],
+            rows,
         });
         true
     }
@@ -683,7 +683,9 @@ struct ShallowRows<'a, 'b, 'c, A> {
     k: usize,
     out: &'a mut RowMajor<'c, A>,
     lhs: &'a Operand<'b, A>,
-    rows: &'a [A],
+    /// `rhs` as `k` contiguous rows of `n`, held by value: the compiler then knows that it cannot
+    /// overlap the output, and vectorises the first (store-only) pass too.
+    rows: [A; SHALLOW_DEPTH * GEMM_SMALL_SIDE],
 }
 
 impl<A: Real> Kernel for ShallowRows<'_, '_, '_, A> {

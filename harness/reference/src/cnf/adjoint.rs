@@ -162,31 +162,20 @@ fn backward_body<A: Real>(
         let (h, p) = (&kept.h[li], &kept.p[li]);
         let ubar = &mut sc.ubar[..rows * wo];
         let (sv, bv, _) = kept.sbc[li].split3(wo);
-        // sbar_j, cbar_j, b1bar_j (column sums), then Pbar = Ubar * s in place
+        // sbar_j, cbar_j, b1bar_j (column sums), then Pbar = Ubar * s in place: a block of
+        // columns at a time over every row, so that the sums stay in registers
         let acc = &mut sc.acc;
         acc.clear();
         acc.resize(3 * wo, zero);
         let (sbar, rest) = acc.split_at_mut(wo);
         let (cbar, b1bar) = rest.split_at_mut(wo);
-        let (up, ut) = ubar.split_at_mut(n * wo);
-        for (ur, pr) in up.chunks_exact_mut(wo).zip(p.chunks_exact(wo)) {
-            for j in 0..wo {
-                let ub = ur[j];
-                sbar[j] += ub * (pr[j] + bv[j]);
-                cbar[j] += ub;
-                let pb = ub * sv[j];
-                ur[j] = pb;
-                b1bar[j] += pb;
-            }
+        let mut j0 = 0;
+        while j0 + SUM_COLUMNS <= wo {
+            column_sums::<A, SUM_COLUMNS>(ubar, p, sv, bv, n, wo, j0, sbar, cbar, b1bar);
+            j0 += SUM_COLUMNS;
         }
-        for (ur, pr) in ut
-            .chunks_exact_mut(wo)
-            .zip(p[n * wo..rows * wo].chunks_exact(wo))
-        {
-            for j in 0..wo {
-                sbar[j] += ur[j] * pr[j];
-                ur[j] *= sv[j];
-            }
+        for j in j0..wo {
+            column_sums::<A, 1>(ubar, p, sv, bv, n, wo, j, sbar, cbar, b1bar);
         }
         for j in 0..wo {
             let zbar = sbar[j] * sv[j] * (one - sv[j]);
@@ -283,6 +272,129 @@ fn backward_body<A: Real>(
             for j in 0..inp {
                 ur[j] = (one - hr[j] * hr[j]) * (hbr[j] - two * hr[j] * gr[j]);
             }
+        }
+    }
+}
+
+/// Columns whose sums [`column_sums`] keeps in registers at once (three sums each).
+const SUM_COLUMNS: usize = 64;
+
+/// For columns `j0..j0 + W` of the last layer's cotangent `U` (`rows x wo`, primal rows then
+/// tangent rows; `rows = ubar.len() / wo`) and its product `P`: the column sums
+///
+/// ```text
+/// sbar_j = sum_primal u (p + b1) + sum_tangent u p      cbar_j = sum_primal u
+/// b1bar_j = sum_primal u s
+/// ```
+///
+/// each in row order from zero (primal rows first), and `U <- U * s` in place.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn column_sums<A: Real, const W: usize>(
+    ubar: &mut [A],
+    p: &[A],
+    sv: &[A],
+    bv: &[A],
+    n: usize,
+    wo: usize,
+    j0: usize,
+    sbar: &mut [A],
+    cbar: &mut [A],
+    b1bar: &mut [A],
+) {
+    let mut s = [A::zero(); W];
+    let mut c = [A::zero(); W];
+    let mut b = [A::zero(); W];
+    let sw: [A; W] = sv[j0..j0 + W].try_into().expect("W columns");
+    let bw: [A; W] = bv[j0..j0 + W].try_into().expect("W columns");
+    let (up, ut) = ubar.split_at_mut(n * wo);
+    for (ur, pr) in up.chunks_exact_mut(wo).zip(p.chunks_exact(wo)) {
+        let (ur, pr) = (&mut ur[j0..j0 + W], &pr[j0..j0 + W]);
+        for j in 0..W {
+            let ub = ur[j];
+            s[j] += ub * (pr[j] + bw[j]);
+            c[j] += ub;
+            let pb = ub * sw[j];
+            ur[j] = pb;
+            b[j] += pb;
+        }
+    }
+    for (ur, pr) in ut.chunks_exact_mut(wo).zip(p[n * wo..].chunks_exact(wo)) {
+        let (ur, pr) = (&mut ur[j0..j0 + W], &pr[j0..j0 + W]);
+        for j in 0..W {
+            s[j] += ur[j] * pr[j];
+            ur[j] *= sw[j];
+        }
+    }
+    sbar[j0..j0 + W].copy_from_slice(&s);
+    cbar[j0..j0 + W].copy_from_slice(&c);
+    b1bar[j0..j0 + W].copy_from_slice(&b);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vectors(wo: usize) -> (Vec<f64>, Vec<f64>) {
+        let sv = (0..wo).map(|j| 0.3 + 0.01 * j as f64).collect();
+        let bv = (0..wo).map(|j| (j as f64).cos()).collect();
+        (sv, bv)
+    }
+
+    /// `column_sums` over every column of a `rows x wo` cotangent as the backward pass runs it
+    /// ([`SUM_COLUMNS`] at a time, the rest one by one): `(sbar, cbar, b1bar, U * s)`.
+    fn blocked(n: usize, wo: usize, u: &[f64], p: &[f64]) -> Vec<u64> {
+        let (sv, bv) = vectors(wo);
+        let (mut s, mut c, mut b) = (vec![0.0; wo], vec![0.0; wo], vec![0.0; wo]);
+        let mut u = u.to_vec();
+        let mut j0 = 0;
+        while j0 + SUM_COLUMNS <= wo {
+            column_sums::<f64, SUM_COLUMNS>(&mut u, p, &sv, &bv, n, wo, j0, &mut s, &mut c, &mut b);
+            j0 += SUM_COLUMNS;
+        }
+        for j in j0..wo {
+            column_sums::<f64, 1>(&mut u, p, &sv, &bv, n, wo, j, &mut s, &mut c, &mut b);
+        }
+        [s, c, b, u].concat().iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// The same sums written out element by element, row by row over the whole width.
+    fn plain(n: usize, wo: usize, u: &[f64], p: &[f64]) -> Vec<u64> {
+        let (sv, bv) = vectors(wo);
+        let (mut s, mut c, mut b) = (vec![0.0; wo], vec![0.0; wo], vec![0.0; wo]);
+        let mut u = u.to_vec();
+        for r in 0..u.len() / wo {
+            for j in 0..wo {
+                let (ub, pv) = (u[r * wo + j], p[r * wo + j]);
+                if r < n {
+                    s[j] += ub * (pv + bv[j]);
+                    c[j] += ub;
+                    b[j] += ub * sv[j];
+                } else {
+                    s[j] += ub * pv;
+                }
+                u[r * wo + j] = ub * sv[j];
+            }
+        }
+        [s, c, b, u].concat().iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn column_sums_in_blocks_give_the_bits_of_the_plain_row_by_row_sums() {
+        // widths below, at and past the block, with a tail; values of mixed sign and scale, so
+        // that a different summation order would change the rounding
+        for (n, wo) in [
+            (5, 3),
+            (7, SUM_COLUMNS),
+            (4, SUM_COLUMNS + 5),
+            (3, 2 * SUM_COLUMNS + 1),
+        ] {
+            let rows = 3 * n;
+            let u: Vec<f64> = (0..rows * wo)
+                .map(|i| (i as f64 * 0.7).sin() * 10f64.powi((i % 7) as i32 - 3))
+                .collect();
+            let p: Vec<f64> = (0..rows * wo).map(|i| (i as f64 * 1.3).cos()).collect();
+            assert_eq!(blocked(n, wo, &u, &p), plain(n, wo, &u, &p), "{n} x {wo}");
         }
     }
 }

@@ -34,8 +34,8 @@
 //! ```
 //!
 //! It keeps `H` and `P` of every layer ([`Kept`]) for the hand-written backward pass of
-//! [`super::adjoint`]; `tanh` is [`super::tanh::tanh`] (call-free and vectorised; f32 uses
-//! [`super::tanh::tanh_f32`], in f32 arithmetic). The taped twin ([`super::taped`]) computes the
+//! [`super::adjoint`]; `tanh` is [`super::tanh::tanh_slice`] (call-free, in blocks of lanes; f32
+//! in f32 arithmetic). The taped twin ([`super::taped`]) computes the
 //! same maths on dfdx's tape.
 //!
 //! Guarantees: every element of `dz` is written; finite inputs and weights give finite outputs
@@ -51,6 +51,7 @@
 //! [`TraceEstimator::Hutchinson`]: super::TraceEstimator::Hutchinson
 
 use super::config::{LayerLayout, Layout};
+use super::tanh::tanh_slice;
 use crate::backend::{gemm_into, lane_dot_rows, vectorised, Kernel, Operand, Real};
 use crate::ode::VectorField;
 use std::cell::RefCell;
@@ -158,17 +159,6 @@ fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc<A>) {
         out.0[j] = A::one() / (A::one() + (-(th[l.w2 + j] * t + th[l.b2 + j])).exp());
         out.0[w + j] = th[l.b1 + j];
         out.0[2 * w + j] = th[l.w3 + j] * t;
-    }
-}
-
-/// `tanh` by [`super::tanh::tanh`] in f64, and by [`super::tanh::tanh_f32`] in f32 arithmetic
-/// for f32 (the branch is on a constant, resolved at compile time; the conversions between the
-/// two widths are exact).
-#[inline(always)]
-fn tanh_of<A: Real>(x: A) -> A {
-    match A::DTYPE {
-        crate::backend::DType::F32 => A::of_f64(super::tanh::tanh_f32(x.as_f64() as f32) as f64),
-        _ => A::of_f64(super::tanh::tanh(x.as_f64())),
     }
 }
 
@@ -343,8 +333,9 @@ fn forward_body<A: Real>(
         let (hp, ht) = hn.split_at_mut(n * wo);
         for (hr, pr) in hp.chunks_exact_mut(wo).zip(p.chunks_exact(wo)) {
             for j in 0..wo {
-                hr[j] = tanh_of((pr[j] + bv[j]) * sv[j] + cv[j]);
+                hr[j] = (pr[j] + bv[j]) * sv[j] + cv[j];
             }
+            tanh_slice(hr);
         }
         for (r, (tr_, pr)) in ht
             .chunks_exact_mut(wo)

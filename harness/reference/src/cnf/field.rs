@@ -71,7 +71,6 @@ pub struct BlockField<'a, A> {
     pub n: usize,
     pub tangents: Tangents<'a, A>,
     kept: RefCell<Kept<A>>,
-    transposed: RefCell<Transposed<A>>,
 }
 
 impl<'a, A: Real> BlockField<'a, A> {
@@ -82,7 +81,6 @@ impl<'a, A: Real> BlockField<'a, A> {
             n,
             tangents,
             kept: RefCell::new(Kept::default()),
-            transposed: RefCell::new(Transposed::default()),
         }
     }
 
@@ -102,7 +100,6 @@ impl<'a, A: Real> BlockField<'a, A> {
             f,
             tr,
             &mut self.kept.borrow_mut(),
-            &mut self.transposed.borrow_mut(),
         );
     }
 }
@@ -116,6 +113,8 @@ pub struct Kept<A> {
     pub(super) h: Vec<Vec<A>>,
     pub(super) p: Vec<Vec<A>>,
     pub(super) sbc: Vec<Sbc<A>>,
+    /// Scratch: the current layer's `W1^T`, row-major.
+    w1t: Vec<A>,
 }
 
 impl<A: Real> Default for Kept<A> {
@@ -125,53 +124,8 @@ impl<A: Real> Default for Kept<A> {
             h: Vec::new(),
             p: Vec::new(),
             sbc: Vec::new(),
+            w1t: Vec::new(),
         }
-    }
-}
-
-/// Every wide layer's `W1^T` (`in x out`, row-major, at the layer's `w1` offset), the operand
-/// the forward products read by rows, made from the weights it was last given and made again
-/// only when they change (compared bit for bit on every use). Within a training step the
-/// weights are fixed, so one transposition serves every evaluation of the step instead of one
-/// per layer and evaluation (two `64 x 64` transpositions were 5 us of each f32 evaluation, 3%
-/// of the step).
-#[derive(Default)]
-pub struct Transposed<A> {
-    /// The weights `w1t` was made from.
-    from: Vec<A>,
-    w1t: Vec<A>,
-}
-
-impl<A: Real> Transposed<A> {
-    /// `W1^T` of every layer wider than [`NARROW_OUT`] for the weights `th`.
-    #[inline(always)]
-    fn of(&mut self, layout: &Layout, th: &[A]) -> &[A] {
-        // every element compared (no early exit, so the loop vectorises)
-        let same = self.from.len() == th.len()
-            && self
-                .from
-                .iter()
-                .zip(th)
-                .fold(true, |same, (a, b)| same & (a.bits() == b.bits()));
-        if !same {
-            self.from.clear();
-            self.from.extend_from_slice(th);
-            self.w1t.resize(th.len(), A::zero());
-            for l in layout.layers.iter().filter(|l| l.out > NARROW_OUT) {
-                let (inp, wo) = (l.inp, l.out);
-                let w1 = &th[l.w1..l.w1 + wo * inp];
-                // w1t[c, o] = W1[o, c]
-                for (c, row) in self.w1t[l.w1..l.w1 + wo * inp]
-                    .chunks_exact_mut(wo)
-                    .enumerate()
-                {
-                    for (o, x) in row.iter_mut().enumerate() {
-                        *x = w1[o * inp + c];
-                    }
-                }
-            }
-        }
-        &self.w1t
     }
 }
 
@@ -209,8 +163,7 @@ fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc<A>) {
 }
 
 /// The stacked forward pass at `(t, y)`: `f` (`n x d`) into `f`, the trace (`n`) into `tr`,
-/// keeping each layer's `H` and `P` in `kept`, with the wide layers' `W1^T` from `transposed`
-/// (made again only when `th` changes). `probes` is `None` for the exact
+/// keeping each layer's `H` and `P` in `kept`. `probes` is `None` for the exact
 /// trace (`k = d` unit tangents) or the `n x d` Hutchinson probes (`k = 1`).
 /// Its element-wise loops (the affine maps, `tanh`, the tangents) are compiled for the CPU's
 /// widest vectors ([`vectorised`]); they make no fused multiply-add and sum in a fixed order, so
@@ -226,7 +179,6 @@ pub fn forward<A: Real>(
     f: &mut [A],
     tr: &mut [A],
     kept: &mut Kept<A>,
-    transposed: &mut Transposed<A>,
 ) {
     struct Forward<'a, A: Real> {
         layout: &'a Layout,
@@ -238,7 +190,6 @@ pub fn forward<A: Real>(
         f: &'a mut [A],
         tr: &'a mut [A],
         kept: &'a mut Kept<A>,
-        transposed: &'a mut Transposed<A>,
     }
     impl<A: Real> Kernel for Forward<'_, A> {
         type Output = ();
@@ -254,7 +205,6 @@ pub fn forward<A: Real>(
                 self.f,
                 self.tr,
                 self.kept,
-                self.transposed,
             )
         }
     }
@@ -268,7 +218,6 @@ pub fn forward<A: Real>(
         f,
         tr,
         kept,
-        transposed,
     })
 }
 
@@ -284,7 +233,6 @@ fn forward_body<A: Real>(
     f: &mut [A],
     tr: &mut [A],
     kept: &mut Kept<A>,
-    transposed: &mut Transposed<A>,
 ) {
     let d = layout.data_size;
     let k = probes.map_or(d, |_| 1);
@@ -309,7 +257,6 @@ fn forward_body<A: Real>(
         }
         Some(eps) => h0[n * d..2 * n * d].copy_from_slice(&eps[..n * d]),
     }
-    let w1t = transposed.of(layout, th);
     for (li, l) in layout.layers.iter().enumerate() {
         let (inp, wo) = (l.inp, l.out);
         // P = H W1^T, W1[j, c] = th[w1 + j inp + c]
@@ -327,6 +274,14 @@ fn forward_body<A: Real>(
             // W1^T row-major (in x out), so that both operands are read by rows: the product
             // is then a sum of outer products in registers (`gemm_into`'s path for such
             // operands), with the bits of the strided call
+            let w1t = &mut kept.w1t;
+            w1t.resize(inp * wo, A::zero());
+            let w1 = &th[l.w1..l.w1 + wo * inp];
+            for (c, row) in w1t.chunks_exact_mut(wo).enumerate() {
+                for (o, x) in row.iter_mut().enumerate() {
+                    *x = w1[o * inp + c];
+                }
+            }
             gemm_into(
                 rows,
                 wo,
@@ -342,7 +297,7 @@ fn forward_body<A: Real>(
                 },
                 Operand {
                     data: w1t,
-                    offset: l.w1,
+                    offset: 0,
                     rs: wo,
                     cs: 1,
                 },
@@ -403,44 +358,5 @@ impl<A: Real> VectorField<A> for BlockField<'_, A> {
     }
     fn dim(&self) -> Option<usize> {
         Some(self.n * (self.layout.data_size + 1))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cnf::{CnfConfig, CnfParams};
-
-    /// `[f; tr]` of one forward pass, as bits.
-    fn eval(p: &CnfParams<f64>, th: &[f64], transposed: &mut Transposed<f64>) -> Vec<u64> {
-        let (n, d) = (3, p.layout.data_size);
-        let y: Vec<f64> = (0..n * d).map(|i| 0.3 * i as f64 - 0.7).collect();
-        let (mut f, mut tr) = (vec![0.0; n * d], vec![0.0; n]);
-        let mut kept = Kept::default();
-        forward(
-            &p.layout, th, n, None, 0.2, &y, &mut f, &mut tr, &mut kept, transposed,
-        );
-        f.iter().chain(&tr).map(|v| v.to_bits()).collect()
-    }
-
-    #[test]
-    fn the_transposed_weights_are_made_again_when_the_weights_change() {
-        let cfg = CnfConfig {
-            width: 8,
-            depth: 2,
-            ..CnfConfig::default()
-        };
-        let p = CnfParams::<f64>::init(cfg, 3).unwrap();
-        let wide = p.layout.layers.iter().find(|l| l.out > NARROW_OUT).unwrap();
-        let before = p.blocks[0].clone();
-        let mut after = before.clone();
-        after[wide.w1 + 1] += 0.25;
-        // one cache through both weights, against a fresh cache for each
-        let mut cache = Transposed::default();
-        let first = eval(&p, &before, &mut cache);
-        let second = eval(&p, &after, &mut cache);
-        assert_eq!(first, eval(&p, &before, &mut Transposed::default()));
-        assert_eq!(second, eval(&p, &after, &mut Transposed::default()));
-        assert_ne!(first, second, "the changed weight must change the field");
     }
 }

@@ -16,7 +16,7 @@
 
 use super::adjoint::{self, BackScratch};
 use super::config::Layout;
-use super::field::{self, Kept, Transposed};
+use super::field::{self, Kept};
 use crate::backend::{
     device, reuse2, taped_add_row, taped_as_matrix, taped_concat, taped_const2, taped_flatten,
     taped_matmul_t, taped_mul_row, taped_one_minus_sq, taped_range, taped_reuse,
@@ -53,7 +53,6 @@ pub struct TrainBlock<A = f64> {
     pub on_tape: bool,
     kept: RefCell<Vec<Kept<A>>>,
     scratch: RefCell<Kept<A>>,
-    transposed: RefCell<Transposed<A>>,
     back: RefCell<BackScratch<A>>,
 }
 
@@ -69,7 +68,6 @@ impl<A: Real> TrainBlock<A> {
             on_tape: false,
             kept: RefCell::new(Vec::new()),
             scratch: RefCell::new(Kept::default()),
-            transposed: RefCell::new(Transposed::default()),
             back: RefCell::new(BackScratch::default()),
         }
     }
@@ -94,19 +92,7 @@ impl<A: Real> TrainBlock<A> {
     fn forward(&self, t: A, y: &[A], theta: &[A], dy: &mut [A], kept: &mut Kept<A>) {
         let (f, tr) = dy.split_at_mut(self.n * self.layout.data_size);
         let probes = self.probes.as_deref();
-        let transposed = &mut self.transposed.borrow_mut();
-        field::forward(
-            &self.layout,
-            theta,
-            self.n,
-            probes,
-            t,
-            y,
-            f,
-            tr,
-            kept,
-            transposed,
-        );
+        field::forward(&self.layout, theta, self.n, probes, t, y, f, tr, kept);
     }
 }
 

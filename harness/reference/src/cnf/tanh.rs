@@ -5,6 +5,10 @@
 //! (a call to `expm1` behind a call) was a third of the step's time. This version is plain
 //! arithmetic with no calls and no data-dependent branches, so the compiler can vectorise the
 //! loops around it; it uses no fused multiply-add, so its bits are the same on every x86-64.
+//! Over a slice, [`tanh_slice`] runs each step of the method over a block of [`BLOCK`] values
+//! before the next ([`tanh_lanes`], [`tanh_f32_lanes`]), so that several vectors are in flight
+//! at once; the one-value forms are the one-lane case of the same code, so the bits do not
+//! depend on the form.
 //!
 //! ```text
 //! tanh(x)  = sign(x) * m / (m + 2),   m = expm1(2|x|)         (2|x| clamped to 40: tanh = 1)

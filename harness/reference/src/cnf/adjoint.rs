@@ -162,21 +162,13 @@ fn backward_body<A: Real>(
         let (h, p) = (&kept.h[li], &kept.p[li]);
         let ubar = &mut sc.ubar[..rows * wo];
         let (sv, bv, _) = kept.sbc[li].split3(wo);
-        // sbar_j, cbar_j, b1bar_j (column sums), then Pbar = Ubar * s in place: a block of
-        // columns at a time over every row, so that the sums stay in registers
+        // sbar_j, cbar_j, b1bar_j (column sums), then Pbar = Ubar * s in place
         let acc = &mut sc.acc;
         acc.clear();
         acc.resize(3 * wo, zero);
         let (sbar, rest) = acc.split_at_mut(wo);
         let (cbar, b1bar) = rest.split_at_mut(wo);
-        let mut j0 = 0;
-        while j0 + SUM_COLUMNS <= wo {
-            column_sums::<A, SUM_COLUMNS>(ubar, p, sv, bv, n, wo, j0, sbar, cbar, b1bar);
-            j0 += SUM_COLUMNS;
-        }
-        for j in j0..wo {
-            column_sums::<A, 1>(ubar, p, sv, bv, n, wo, j, sbar, cbar, b1bar);
-        }
+        column_sums(ubar, p, sv, bv, n, wo, sbar, cbar, b1bar);
         for j in 0..wo {
             let zbar = sbar[j] * sv[j] * (one - sv[j]);
             thbar[l.b1 + j] += b1bar[j];
@@ -276,21 +268,57 @@ fn backward_body<A: Real>(
     }
 }
 
-/// Columns whose sums [`column_sums`] keeps in registers at once (three sums each).
+/// Columns whose sums [`column_sums`] accumulates together in one pass over the rows (three sums
+/// each, in local arrays the compiler keeps in registers as far as the vector width allows).
 const SUM_COLUMNS: usize = 64;
+/// The block width [`column_sums`] uses for the columns left after the [`SUM_COLUMNS`] blocks,
+/// before taking the last few one at a time.
+const SUM_COLUMNS_TAIL: usize = 8;
 
-/// For columns `j0..j0 + W` of the last layer's cotangent `U` (`rows x wo`, primal rows then
-/// tangent rows; `rows = ubar.len() / wo`) and its product `P`: the column sums
+/// For every column `j` of a layer's cotangent `U` (`rows x wo`, primal rows then tangent rows;
+/// `rows = ubar.len() / wo`) and its product `P`: the column sums
 ///
 /// ```text
 /// sbar_j = sum_primal u (p + b1) + sum_tangent u p      cbar_j = sum_primal u
 /// b1bar_j = sum_primal u s
 /// ```
 ///
-/// each in row order from zero (primal rows first), and `U <- U * s` in place.
+/// each in row order from zero (primal rows first), into `sbar`, `cbar`, `b1bar`, and
+/// `U <- U * s` in place. Columns go in blocks of [`SUM_COLUMNS`], then of
+/// [`SUM_COLUMNS_TAIL`], then one at a time, each block in one pass over the rows: the same sums
+/// as a row-by-row pass over the whole width, without reading and writing every running sum at
+/// every row.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn column_sums<A: Real, const W: usize>(
+fn column_sums<A: Real>(
+    ubar: &mut [A],
+    p: &[A],
+    sv: &[A],
+    bv: &[A],
+    n: usize,
+    wo: usize,
+    sbar: &mut [A],
+    cbar: &mut [A],
+    b1bar: &mut [A],
+) {
+    let mut j0 = 0;
+    while j0 + SUM_COLUMNS <= wo {
+        column_block::<A, SUM_COLUMNS>(ubar, p, sv, bv, n, wo, j0, sbar, cbar, b1bar);
+        j0 += SUM_COLUMNS;
+    }
+    while j0 + SUM_COLUMNS_TAIL <= wo {
+        column_block::<A, SUM_COLUMNS_TAIL>(ubar, p, sv, bv, n, wo, j0, sbar, cbar, b1bar);
+        j0 += SUM_COLUMNS_TAIL;
+    }
+    for j in j0..wo {
+        column_block::<A, 1>(ubar, p, sv, bv, n, wo, j, sbar, cbar, b1bar);
+    }
+}
+
+/// [`column_sums`] for the columns `j0..j0 + W`, in one pass over the rows.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn column_block<A: Real, const W: usize>(
     ubar: &mut [A],
     p: &[A],
     sv: &[A],
@@ -341,20 +369,13 @@ mod tests {
         (sv, bv)
     }
 
-    /// `column_sums` over every column of a `rows x wo` cotangent as the backward pass runs it
-    /// ([`SUM_COLUMNS`] at a time, the rest one by one): `(sbar, cbar, b1bar, U * s)`.
+    /// `column_sums` over every column of a `rows x wo` cotangent, as the backward pass calls it:
+    /// `(sbar, cbar, b1bar, U * s)`.
     fn blocked(n: usize, wo: usize, u: &[f64], p: &[f64]) -> Vec<u64> {
         let (sv, bv) = vectors(wo);
         let (mut s, mut c, mut b) = (vec![0.0; wo], vec![0.0; wo], vec![0.0; wo]);
         let mut u = u.to_vec();
-        let mut j0 = 0;
-        while j0 + SUM_COLUMNS <= wo {
-            column_sums::<f64, SUM_COLUMNS>(&mut u, p, &sv, &bv, n, wo, j0, &mut s, &mut c, &mut b);
-            j0 += SUM_COLUMNS;
-        }
-        for j in j0..wo {
-            column_sums::<f64, 1>(&mut u, p, &sv, &bv, n, wo, j, &mut s, &mut c, &mut b);
-        }
+        column_sums(&mut u, p, &sv, &bv, n, wo, &mut s, &mut c, &mut b);
         [s, c, b, u].concat().iter().map(|v| v.to_bits()).collect()
     }
 
@@ -385,8 +406,10 @@ mod tests {
         // that a different summation order would change the rounding
         for (n, wo) in [
             (5, 3),
+            (2, SUM_COLUMNS_TAIL),
+            (6, 3 * SUM_COLUMNS_TAIL + 5),
             (7, SUM_COLUMNS),
-            (4, SUM_COLUMNS + 5),
+            (4, SUM_COLUMNS + SUM_COLUMNS_TAIL + 5),
             (3, 2 * SUM_COLUMNS + 1),
         ] {
             let rows = 3 * n;

@@ -57,14 +57,15 @@ const INV_FACT: [f64; TERMS] = {
     a
 };
 
-/// How many values [`tanh_slice`] and [`tanh_f32_slice`] pass to the lane forms at once.
+/// How many values [`tanh_slice`] passes to the lane forms at once.
 ///
 /// Each operation of the method runs over all of them before the next, so one block of 64 is
 /// 8 (f64) or 4 (f32) independent AVX-512 vectors in flight, where the element-wise loop
 /// `h_i = tanh(x_i)` compiled by itself keeps about one: the method is a chain of some 40
 /// dependent operations, longer than the out-of-order window can overlap. On one core of the
 /// benchmark machine (Zen 4) the loop over one chunk of the CNF (`125 x 64` values) took
-/// 2.7 (f64) and 2.2 ns (f32) per value, and the blocks take 1.7 and 0.9 ns, with the same bits.
+/// 2.7 (f64) and 2.2 ns (f32) per value, and the blocks take 1.6-1.7 and 0.9 ns, with the same
+/// bits.
 pub const BLOCK: usize = 64;
 
 /// `[f(0), .., f(N - 1)]`: one operation of the method over every lane, as a plain loop (which the

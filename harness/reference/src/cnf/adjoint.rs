@@ -166,9 +166,18 @@ fn backward_body<A: Real>(
         let acc = &mut sc.acc;
         acc.clear();
         acc.resize(3 * wo, zero);
-        let (sbar, rest) = acc.split_at_mut(wo);
-        let (cbar, b1bar) = rest.split_at_mut(wo);
-        column_sums(ubar, p, sv, bv, n, wo, sbar, cbar, b1bar);
+        ColumnSums {
+            ubar,
+            p,
+            s: sv,
+            b1: bv,
+            n,
+            wo,
+            out: acc,
+        }
+        .run();
+        let (sbar, rest) = acc.split_at(wo);
+        let (cbar, b1bar) = rest.split_at(wo);
         for j in 0..wo {
             let zbar = sbar[j] * sv[j] * (one - sv[j]);
             thbar[l.b1 + j] += b1bar[j];
@@ -268,95 +277,91 @@ fn backward_body<A: Real>(
     }
 }
 
-/// Columns whose sums [`column_sums`] accumulates together in one pass over the rows (three sums
+/// Columns whose sums [`ColumnSums`] accumulates together in one pass over the rows (three sums
 /// each, in local arrays the compiler keeps in registers as far as the vector width allows).
 const SUM_COLUMNS: usize = 64;
-/// The block width [`column_sums`] uses for the columns left after the [`SUM_COLUMNS`] blocks,
+/// The block width [`ColumnSums`] uses for the columns left after the [`SUM_COLUMNS`] blocks,
 /// before taking the last few one at a time.
 const SUM_COLUMNS_TAIL: usize = 8;
 
-/// For every column `j` of a layer's cotangent `U` (`rows x wo`, primal rows then tangent rows;
-/// `rows = ubar.len() / wo`) and its product `P`: the column sums
+/// The column sums of one layer's backward pass: for every column `j` of the layer's cotangent
+/// `U` (`rows x wo`, primal rows then tangent rows; `rows = ubar.len() / wo`) and its product `P`,
 ///
 /// ```text
 /// sbar_j = sum_primal u (p + b1) + sum_tangent u p      cbar_j = sum_primal u
 /// b1bar_j = sum_primal u s
 /// ```
 ///
-/// each in row order from zero (primal rows first), into `sbar`, `cbar`, `b1bar`, and
+/// each in row order from zero (primal rows first), into `out = [sbar; cbar; b1bar]`, and
 /// `U <- U * s` in place. Columns go in blocks of [`SUM_COLUMNS`], then of
 /// [`SUM_COLUMNS_TAIL`], then one at a time, each block in one pass over the rows: the same sums
 /// as a row-by-row pass over the whole width, without reading and writing every running sum at
 /// every row.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn column_sums<A: Real>(
-    ubar: &mut [A],
-    p: &[A],
-    sv: &[A],
-    bv: &[A],
+struct ColumnSums<'a, A> {
+    ubar: &'a mut [A],
+    p: &'a [A],
+    s: &'a [A],
+    b1: &'a [A],
+    /// Primal rows.
     n: usize,
     wo: usize,
-    sbar: &mut [A],
-    cbar: &mut [A],
-    b1bar: &mut [A],
-) {
-    let mut j0 = 0;
-    while j0 + SUM_COLUMNS <= wo {
-        column_block::<A, SUM_COLUMNS>(ubar, p, sv, bv, n, wo, j0, sbar, cbar, b1bar);
-        j0 += SUM_COLUMNS;
-    }
-    while j0 + SUM_COLUMNS_TAIL <= wo {
-        column_block::<A, SUM_COLUMNS_TAIL>(ubar, p, sv, bv, n, wo, j0, sbar, cbar, b1bar);
-        j0 += SUM_COLUMNS_TAIL;
-    }
-    for j in j0..wo {
-        column_block::<A, 1>(ubar, p, sv, bv, n, wo, j, sbar, cbar, b1bar);
-    }
+    /// `3 wo` values, overwritten.
+    out: &'a mut [A],
 }
 
-/// [`column_sums`] for the columns `j0..j0 + W`, in one pass over the rows.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn column_block<A: Real, const W: usize>(
-    ubar: &mut [A],
-    p: &[A],
-    sv: &[A],
-    bv: &[A],
-    n: usize,
-    wo: usize,
-    j0: usize,
-    sbar: &mut [A],
-    cbar: &mut [A],
-    b1bar: &mut [A],
-) {
-    let mut s = [A::zero(); W];
-    let mut c = [A::zero(); W];
-    let mut b = [A::zero(); W];
-    let sw: [A; W] = sv[j0..j0 + W].try_into().expect("W columns");
-    let bw: [A; W] = bv[j0..j0 + W].try_into().expect("W columns");
-    let (up, ut) = ubar.split_at_mut(n * wo);
-    for (ur, pr) in up.chunks_exact_mut(wo).zip(p.chunks_exact(wo)) {
-        let (ur, pr) = (&mut ur[j0..j0 + W], &pr[j0..j0 + W]);
-        for j in 0..W {
-            let ub = ur[j];
-            s[j] += ub * (pr[j] + bw[j]);
-            c[j] += ub;
-            let pb = ub * sw[j];
-            ur[j] = pb;
-            b[j] += pb;
+impl<A: Real> ColumnSums<'_, A> {
+    #[inline(always)]
+    fn run(mut self) {
+        let wo = self.wo;
+        let mut j0 = 0;
+        while j0 + SUM_COLUMNS <= wo {
+            self.block::<SUM_COLUMNS>(j0);
+            j0 += SUM_COLUMNS;
+        }
+        while j0 + SUM_COLUMNS_TAIL <= wo {
+            self.block::<SUM_COLUMNS_TAIL>(j0);
+            j0 += SUM_COLUMNS_TAIL;
+        }
+        for j in j0..wo {
+            self.block::<1>(j);
         }
     }
-    for (ur, pr) in ut.chunks_exact_mut(wo).zip(p[n * wo..].chunks_exact(wo)) {
-        let (ur, pr) = (&mut ur[j0..j0 + W], &pr[j0..j0 + W]);
-        for j in 0..W {
-            s[j] += ur[j] * pr[j];
-            ur[j] *= sw[j];
+
+    /// The columns `j0..j0 + W`, in one pass over the rows.
+    #[inline(always)]
+    fn block<const W: usize>(&mut self, j0: usize) {
+        let (n, wo) = (self.n, self.wo);
+        let mut s = [A::zero(); W];
+        let mut c = [A::zero(); W];
+        let mut b = [A::zero(); W];
+        let sw: [A; W] = self.s[j0..j0 + W].try_into().expect("W columns");
+        let bw: [A; W] = self.b1[j0..j0 + W].try_into().expect("W columns");
+        let (up, ut) = self.ubar.split_at_mut(n * wo);
+        for (ur, pr) in up.chunks_exact_mut(wo).zip(self.p.chunks_exact(wo)) {
+            let (ur, pr) = (&mut ur[j0..j0 + W], &pr[j0..j0 + W]);
+            for j in 0..W {
+                let ub = ur[j];
+                s[j] += ub * (pr[j] + bw[j]);
+                c[j] += ub;
+                let pb = ub * sw[j];
+                ur[j] = pb;
+                b[j] += pb;
+            }
         }
+        for (ur, pr) in ut
+            .chunks_exact_mut(wo)
+            .zip(self.p[n * wo..].chunks_exact(wo))
+        {
+            let (ur, pr) = (&mut ur[j0..j0 + W], &pr[j0..j0 + W]);
+            for j in 0..W {
+                s[j] += ur[j] * pr[j];
+                ur[j] *= sw[j];
+            }
+        }
+        self.out[j0..j0 + W].copy_from_slice(&s);
+        self.out[wo + j0..wo + j0 + W].copy_from_slice(&c);
+        self.out[2 * wo + j0..2 * wo + j0 + W].copy_from_slice(&b);
     }
-    sbar[j0..j0 + W].copy_from_slice(&s);
-    cbar[j0..j0 + W].copy_from_slice(&c);
-    b1bar[j0..j0 + W].copy_from_slice(&b);
 }
 
 #[cfg(test)]
@@ -369,14 +374,23 @@ mod tests {
         (sv, bv)
     }
 
-    /// `column_sums` over every column of a `rows x wo` cotangent, as the backward pass calls it:
+    /// [`ColumnSums`] over every column of a `rows x wo` cotangent, as the backward pass runs it:
     /// `(sbar, cbar, b1bar, U * s)`.
     fn blocked(n: usize, wo: usize, u: &[f64], p: &[f64]) -> Vec<u64> {
         let (sv, bv) = vectors(wo);
-        let (mut s, mut c, mut b) = (vec![0.0; wo], vec![0.0; wo], vec![0.0; wo]);
+        let mut out = vec![0.0; 3 * wo];
         let mut u = u.to_vec();
-        column_sums(&mut u, p, &sv, &bv, n, wo, &mut s, &mut c, &mut b);
-        [s, c, b, u].concat().iter().map(|v| v.to_bits()).collect()
+        ColumnSums {
+            ubar: &mut u,
+            p,
+            s: &sv,
+            b1: &bv,
+            n,
+            wo,
+            out: &mut out,
+        }
+        .run();
+        [out, u].concat().iter().map(|v| v.to_bits()).collect()
     }
 
     /// The same sums written out element by element, row by row over the whole width.

@@ -693,17 +693,21 @@ impl<A: Real> Kernel for ShallowRows<'_, '_, '_, A> {
     #[inline(always)]
     fn run(self) {
         let (n, lhs) = (self.n, self.lhs);
+        let (r0, r1) = self.rows.split_at(n);
+        let (r0, r1) = (&r0[..n], &r1[..n]);
         for i in 0..self.m {
             let out = self.out.row(i, n);
             let at = |q: usize| lhs.data[lhs.offset + i * lhs.rs + q * lhs.cs];
-            let a = at(0);
-            for (o, &r) in out.iter_mut().zip(&self.rows[..n]) {
-                *o = a * r;
-            }
-            for q in 1..self.k {
-                let a = at(q);
-                for (o, &r) in out.iter_mut().zip(&self.rows[q * n..(q + 1) * n]) {
-                    *o = a * r + *o;
+            let a0 = at(0);
+            if self.k == 1 {
+                for (o, &x0) in out.iter_mut().zip(r0) {
+                    *o = a0 * x0;
+                }
+            } else {
+                // one pass: the depth-1 term's product rounded, added to the rounded depth-0 one
+                let a1 = at(1);
+                for ((o, &x0), &x1) in out.iter_mut().zip(r0).zip(r1) {
+                    *o = a1 * x1 + a0 * x0;
                 }
             }
         }
@@ -732,8 +736,21 @@ mod gemm_tests {
             .collect()
     }
 
+    /// Every value's bits, with every NaN as one pattern: Rust leaves the sign and payload of a
+    /// NaN made by arithmetic unspecified (the compiler may swap the operands of an addition,
+    /// and x86 returns the first operand's NaN when both are NaN), so two compiled forms of the
+    /// same sums may differ there and nowhere else.
     fn bits<A: Real>(v: &[A]) -> Vec<u64> {
-        v.iter().map(|x| x.as_f64().to_bits()).collect()
+        v.iter()
+            .map(|x| {
+                let x = x.as_f64();
+                if x.is_nan() {
+                    f64::NAN.to_bits()
+                } else {
+                    x.to_bits()
+                }
+            })
+            .collect()
     }
 
     /// The `k x n` right operand held in `r` as a `k x n` row-major matrix, or (transposed) as

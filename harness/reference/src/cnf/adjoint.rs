@@ -52,6 +52,21 @@ pub struct BackScratch<A = f64> {
     acc: Vec<A>,
 }
 
+#[cfg(test)]
+impl<A: Real> BackScratch<A> {
+    /// Every element of every buffer set to NaN (a stale read then shows in the results).
+    pub(super) fn poison(&mut self) {
+        for v in [
+            &mut self.ubar,
+            &mut self.hbar,
+            &mut self.w1bar,
+            &mut self.acc,
+        ] {
+            v.fill(A::of_f64(f64::NAN));
+        }
+    }
+}
+
 /// The backward pass of the evaluation kept in `kept` (made by [`super::field::forward`] with the
 /// same weights `th`, whose sigmoids it reuses): with `bar = [fbar (n x d), trbar (n)]`, writes
 /// `ybar = [(df/dy)^T fbar + (dtr/dy)^T trbar, 0]` (length `n (d + 1)`) and adds the parameter

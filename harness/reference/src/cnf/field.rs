@@ -71,6 +71,7 @@ pub struct BlockField<'a, A> {
     pub n: usize,
     pub tangents: Tangents<'a, A>,
     kept: RefCell<Kept<A>>,
+    transposed: RefCell<Transposed<A>>,
 }
 
 impl<'a, A: Real> BlockField<'a, A> {
@@ -81,6 +82,7 @@ impl<'a, A: Real> BlockField<'a, A> {
             n,
             tangents,
             kept: RefCell::new(Kept::default()),
+            transposed: RefCell::new(Transposed::default()),
         }
     }
 
@@ -100,6 +102,7 @@ impl<'a, A: Real> BlockField<'a, A> {
             f,
             tr,
             &mut self.kept.borrow_mut(),
+            &mut self.transposed.borrow_mut(),
         );
     }
 }
@@ -113,8 +116,6 @@ pub struct Kept<A> {
     pub(super) h: Vec<Vec<A>>,
     pub(super) p: Vec<Vec<A>>,
     pub(super) sbc: Vec<Sbc<A>>,
-    /// Scratch: the current layer's `W1^T`, row-major.
-    w1t: Vec<A>,
 }
 
 impl<A: Real> Default for Kept<A> {
@@ -124,8 +125,79 @@ impl<A: Real> Default for Kept<A> {
             h: Vec::new(),
             p: Vec::new(),
             sbc: Vec::new(),
-            w1t: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+impl<A: Real> Kept<A> {
+    /// Every element of every buffer set to NaN (a stale read then shows in the results).
+    pub(super) fn poison(&mut self) {
+        let nan = A::of_f64(f64::NAN);
+        self.t = nan;
+        for v in self.h.iter_mut().chain(&mut self.p) {
+            v.fill(nan);
+        }
+        for v in &mut self.sbc {
+            v.0.fill(nan);
+        }
+    }
+}
+
+#[cfg(test)]
+impl<A: Real> Transposed<A> {
+    /// Every element of the transposition set to NaN, with the weights it claims to be of left
+    /// as they are (a cache that trusted them would then give NaN).
+    pub(super) fn poison(&mut self) {
+        self.w1t.fill(A::of_f64(f64::NAN));
+    }
+}
+
+/// Every wide layer's `W1^T` (`in x out`, row-major, at the layer's `w1` offset), the right
+/// operand of the forward products, made from the weights it was last given and made again
+/// only when they change (compared bit for bit on every use, a contiguous pass over the weights
+/// that costs a fraction of the strided transposition). Within a training step the weights are
+/// fixed, so one transposition serves every evaluation instead of one per layer and evaluation
+/// (a `64 x 64` transposition takes about 1.2 us on one core of the benchmark machine, and a
+/// step of the benchmark configuration made about 2000 of them on each core).
+#[derive(Default)]
+pub struct Transposed<A> {
+    /// The weights `w1t` was made from.
+    from: Vec<A>,
+    w1t: Vec<A>,
+}
+
+impl<A: Real> Transposed<A> {
+    /// `W1^T` of every layer wider than [`NARROW_OUT`] for the weights `th`, at each layer's
+    /// `w1` offset (the other elements are unspecified).
+    #[inline(always)]
+    fn of(&mut self, layout: &Layout, th: &[A]) -> &[A] {
+        // every element compared, with no early exit, so that the loop vectorises
+        let same = self.from.len() == th.len()
+            && self
+                .from
+                .iter()
+                .zip(th)
+                .fold(true, |same, (a, b)| same & (a.bits() == b.bits()));
+        if !same {
+            self.from.clear();
+            self.from.extend_from_slice(th);
+            self.w1t.resize(th.len(), A::zero());
+            for l in layout.layers.iter().filter(|l| l.out > NARROW_OUT) {
+                let (inp, wo) = (l.inp, l.out);
+                let w1 = &th[l.w1..l.w1 + wo * inp];
+                // w1t[c, o] = W1[o, c]
+                for (c, row) in self.w1t[l.w1..l.w1 + wo * inp]
+                    .chunks_exact_mut(wo)
+                    .enumerate()
+                {
+                    for (o, x) in row.iter_mut().enumerate() {
+                        *x = w1[o * inp + c];
+                    }
+                }
+            }
+        }
+        &self.w1t
     }
 }
 
@@ -163,7 +235,8 @@ fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc<A>) {
 }
 
 /// The stacked forward pass at `(t, y)`: `f` (`n x d`) into `f`, the trace (`n`) into `tr`,
-/// keeping each layer's `H` and `P` in `kept`. `probes` is `None` for the exact
+/// keeping each layer's `H` and `P` in `kept`, with the wide layers' `W1^T` from `transposed`
+/// (made again only when `th` changes). `probes` is `None` for the exact
 /// trace (`k = d` unit tangents) or the `n x d` Hutchinson probes (`k = 1`).
 /// Its element-wise loops (the affine maps, `tanh`, the tangents) are compiled for the CPU's
 /// widest vectors ([`vectorised`]); they make no fused multiply-add and sum in a fixed order, so
@@ -179,6 +252,7 @@ pub fn forward<A: Real>(
     f: &mut [A],
     tr: &mut [A],
     kept: &mut Kept<A>,
+    transposed: &mut Transposed<A>,
 ) {
     struct Forward<'a, A: Real> {
         layout: &'a Layout,
@@ -190,6 +264,7 @@ pub fn forward<A: Real>(
         f: &'a mut [A],
         tr: &'a mut [A],
         kept: &'a mut Kept<A>,
+        transposed: &'a mut Transposed<A>,
     }
     impl<A: Real> Kernel for Forward<'_, A> {
         type Output = ();
@@ -205,6 +280,7 @@ pub fn forward<A: Real>(
                 self.f,
                 self.tr,
                 self.kept,
+                self.transposed,
             )
         }
     }
@@ -218,6 +294,7 @@ pub fn forward<A: Real>(
         f,
         tr,
         kept,
+        transposed,
     })
 }
 
@@ -233,6 +310,7 @@ fn forward_body<A: Real>(
     f: &mut [A],
     tr: &mut [A],
     kept: &mut Kept<A>,
+    transposed: &mut Transposed<A>,
 ) {
     let d = layout.data_size;
     let k = probes.map_or(d, |_| 1);
@@ -257,6 +335,7 @@ fn forward_body<A: Real>(
         }
         Some(eps) => h0[n * d..2 * n * d].copy_from_slice(&eps[..n * d]),
     }
+    let w1t = transposed.of(layout, th);
     for (li, l) in layout.layers.iter().enumerate() {
         let (inp, wo) = (l.inp, l.out);
         // P = H W1^T, W1[j, c] = th[w1 + j inp + c]
@@ -274,14 +353,6 @@ fn forward_body<A: Real>(
             // W1^T row-major (in x out), so that both operands are read by rows: the product
             // is then a sum of outer products in registers (`gemm_into`'s path for such
             // operands), with the bits of the strided call
-            let w1t = &mut kept.w1t;
-            w1t.resize(inp * wo, A::zero());
-            let w1 = &th[l.w1..l.w1 + wo * inp];
-            for (c, row) in w1t.chunks_exact_mut(wo).enumerate() {
-                for (o, x) in row.iter_mut().enumerate() {
-                    *x = w1[o * inp + c];
-                }
-            }
             gemm_into(
                 rows,
                 wo,
@@ -297,7 +368,7 @@ fn forward_body<A: Real>(
                 },
                 Operand {
                     data: w1t,
-                    offset: 0,
+                    offset: l.w1,
                     rs: wo,
                     cs: 1,
                 },
@@ -358,5 +429,53 @@ impl<A: Real> VectorField<A> for BlockField<'_, A> {
     }
     fn dim(&self) -> Option<usize> {
         Some(self.n * (self.layout.data_size + 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cnf::{CnfConfig, CnfParams};
+
+    /// `[f; tr]` of one forward pass with the weights `th`, as bits.
+    fn eval(p: &CnfParams<f64>, th: &[f64], transposed: &mut Transposed<f64>) -> Vec<u64> {
+        let (n, d) = (3, p.layout.data_size);
+        let y: Vec<f64> = (0..n * d).map(|i| 0.3 * i as f64 - 0.7).collect();
+        let (mut f, mut tr) = (vec![0.0; n * d], vec![0.0; n]);
+        let mut kept = Kept::default();
+        forward(
+            &p.layout, th, n, None, 0.2, &y, &mut f, &mut tr, &mut kept, transposed,
+        );
+        f.iter().chain(&tr).map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn the_transposed_weights_are_made_again_when_any_weight_changes() {
+        let cfg = CnfConfig {
+            width: 8,
+            depth: 2,
+            ..CnfConfig::default()
+        };
+        let p = CnfParams::<f64>::init(cfg, 3).unwrap();
+        let before = p.blocks[0].clone();
+        // a weight of the last wide layer (a cache keyed on the length, or on the first
+        // layer's weights only, would keep the stale transposition)
+        let wide = p
+            .layout
+            .layers
+            .iter()
+            .rfind(|l| l.out > NARROW_OUT)
+            .unwrap();
+        let mut after = before.clone();
+        after[wide.w1 + wide.inp * wide.out - 1] += 0.25;
+        // one cache through both weights, against a fresh cache for each
+        let mut cache = Transposed::default();
+        let first = eval(&p, &before, &mut cache);
+        let second = eval(&p, &after, &mut cache);
+        let again = eval(&p, &before, &mut cache);
+        assert_eq!(first, eval(&p, &before, &mut Transposed::default()));
+        assert_eq!(second, eval(&p, &after, &mut Transposed::default()));
+        assert_eq!(again, first);
+        assert_ne!(first, second, "the changed weight must change the field");
     }
 }

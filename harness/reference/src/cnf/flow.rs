@@ -25,12 +25,13 @@
 use super::config::{CnfConfig, TraceEstimator};
 use super::field::{BlockField, Tangents};
 use super::params::CnfParams;
-use super::taped::TrainBlock;
+use super::taped::{ScratchPool, TrainBlock};
 use crate::backend::{device, taped_leaf, taped_values, Real};
 use crate::ode::grad::{gradient_of, DiffField, GradMode};
 use crate::ode::Integration;
 use crate::ode::{solve, Controller, SolveOptions, VectorField};
 use crate::{Error, Face, Result};
+use std::sync::Arc;
 
 /// `log N(y; 0, I)` of one `d`-vector.
 pub fn log_normal<A: Real>(y: &[A]) -> A {
@@ -374,6 +375,35 @@ pub fn loss_and_grad<A: Real>(
     loss_and_grad_with(params, x, probes, mode, |block| block)
 }
 
+/// [`loss_and_grad`] with the training blocks' buffers taken from `pool` and given back to it
+/// ([`TrainBlock::with_pool`]): the same results, bit for bit, whatever the pool holds (buffers
+/// of another batch size, width or type of trace included); a training loop that passes the same
+/// pool to every step allocates them once.
+///
+/// ```
+/// use harness_reference::cnf::{flow::{loss_and_grad, loss_and_grad_in}, CnfConfig, CnfParams};
+/// use harness_reference::cnf::ScratchPool;
+/// use harness_reference::ode::grad::GradMode;
+/// use std::sync::Arc;
+/// let cfg = CnfConfig { width: 8, depth: 1, blocks: 1, ..CnfConfig::default() };
+/// let p = CnfParams::<f64>::init(cfg, 0)?;
+/// let x = [0.1, -0.2, 1.0, 0.5];
+/// let pool = Arc::new(ScratchPool::default());
+/// let pooled = loss_and_grad_in(&p, &x, None, GradMode::FullTape, &pool)?;
+/// assert_eq!(pooled.grads, loss_and_grad(&p, &x, None, GradMode::FullTape)?.grads);
+/// assert_eq!(pool.len(), 1);
+/// # Ok::<(), harness_reference::Error>(())
+/// ```
+pub fn loss_and_grad_in<A: Real>(
+    params: &CnfParams<A>,
+    x: &[A],
+    probes: Option<&[A]>,
+    mode: GradMode,
+    pool: &Arc<ScratchPool<A>>,
+) -> Result<LossGrad<A>> {
+    loss_and_grad_with(params, x, probes, mode, |block| block.with_pool(pool))
+}
+
 /// [`loss_and_grad`] with each step differentiated on dfdx's tape ([`super::taped`]) instead of
 /// by the hand-written VJP ([`super::adjoint`]): the reference the hand-written one is checked
 /// against. The tape is f64: for `A = f32` each step's cotangents are computed in f64 from the
@@ -535,6 +565,47 @@ fn chunk_loss_and_grad<A: Real, F: DiffField<A>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cnf::taped::BlockScratch;
+
+    /// Loss and gradients of `params` on `x` (exact trace, full tape), as bits, through `pool`.
+    fn pooled_bits(params: &CnfParams<f64>, x: &[f64], pool: &Arc<ScratchPool<f64>>) -> Vec<u64> {
+        let lg = loss_and_grad_in(params, x, None, GradMode::FullTape, pool).unwrap();
+        std::iter::once(lg.loss)
+            .chain(lg.grads.concat())
+            .map(f64::to_bits)
+            .collect()
+    }
+
+    #[test]
+    fn pooled_buffers_left_by_other_problems_and_poisoned_do_not_change_a_bit() {
+        let cfg = |width| CnfConfig {
+            width,
+            depth: 2,
+            blocks: 2,
+            ..CnfConfig::default()
+        };
+        let p = CnfParams::<f64>::init(cfg(8), 5).unwrap();
+        let x: Vec<f64> = (0..2 * 150)
+            .map(|i| (i as f64 * 0.37).sin() * 1.5)
+            .collect();
+        let fresh = pooled_bits(&p, &x, &Arc::default());
+        // a pool filled by a wider field on a larger batch (with the Hutchinson trace), then by
+        // this one, every buffer then set to NaN
+        let pool = Arc::default();
+        let wide = CnfParams::<f64>::init(cfg(12), 6).unwrap();
+        let y: Vec<f64> = (0..2 * 300).map(|i| (i as f64 * 0.11).cos()).collect();
+        let eps: Vec<f64> = y.iter().map(|v| v.signum()).collect();
+        let mut hutchinson = wide.clone();
+        hutchinson.cfg.trace = TraceEstimator::Hutchinson(crate::cnf::Probe::Rademacher);
+        loss_and_grad_in(&hutchinson, &y, Some(&eps), GradMode::FullTape, &pool).unwrap();
+        assert_eq!(pooled_bits(&p, &x, &pool), fresh);
+        assert!(
+            pool.len() >= 2,
+            "the chunks' blocks gave their buffers back"
+        );
+        pool.each(BlockScratch::poison);
+        assert_eq!(pooled_bits(&p, &x, &pool), fresh);
+    }
 
     #[test]
     fn chunks_cover_the_batch_in_order_and_differ_in_size_by_at_most_one_sample() {

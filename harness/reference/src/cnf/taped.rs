@@ -16,7 +16,7 @@
 
 use super::adjoint::{self, BackScratch};
 use super::config::Layout;
-use super::field::{self, Kept};
+use super::field::{self, Kept, Transposed};
 use crate::backend::{
     device, reuse2, taped_add_row, taped_as_matrix, taped_concat, taped_const2, taped_flatten,
     taped_matmul_t, taped_mul_row, taped_one_minus_sq, taped_range, taped_reuse,
@@ -24,6 +24,7 @@ use crate::backend::{
 };
 use crate::ode::grad::{DiffField, ManualVjp};
 use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
 
 /// One block's augmented field over a batch, with its parameters, for gradients, in the
 /// arithmetic type `A` (f32 or f64): the forward pass ([`field::forward`]) and the
@@ -41,7 +42,7 @@ use std::cell::RefCell;
 /// assert!(dz.iter().all(|v| v.is_finite()));
 /// # Ok::<(), harness_reference::Error>(())
 /// ```
-pub struct TrainBlock<A = f64> {
+pub struct TrainBlock<A: Real = f64> {
     pub layout: Layout,
     pub n: usize,
     /// Hutchinson probes (`n x d`), or `None` for the exact trace.
@@ -51,9 +52,97 @@ pub struct TrainBlock<A = f64> {
     /// (the cross-check of the two).
     #[doc(hidden)]
     pub on_tape: bool,
-    kept: RefCell<Vec<Kept<A>>>,
-    scratch: RefCell<Kept<A>>,
-    back: RefCell<BackScratch<A>>,
+    work: RefCell<BlockScratch<A>>,
+    /// Where `work` goes when the block is dropped.
+    pool: Option<Arc<ScratchPool<A>>>,
+}
+
+/// The buffers a [`TrainBlock`] writes: one kept evaluation per stage slot, the evaluation
+/// outside the gradient's stages, the transposed weights and the backward pass's scratch. Every
+/// element is written before it is read, so the values left by an earlier block (of any size)
+/// do not change a result.
+pub struct BlockScratch<A> {
+    kept: Vec<Kept<A>>,
+    scratch: Kept<A>,
+    transposed: Transposed<A>,
+    back: BackScratch<A>,
+}
+
+impl<A: Real> Default for BlockScratch<A> {
+    fn default() -> Self {
+        BlockScratch {
+            kept: Vec::new(),
+            scratch: Kept::default(),
+            transposed: Transposed::default(),
+            back: BackScratch::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl<A: Real> BlockScratch<A> {
+    /// Every element of every buffer set to NaN (a stale read then shows in the results).
+    pub(super) fn poison(&mut self) {
+        self.kept.iter_mut().for_each(Kept::poison);
+        self.scratch.poison();
+        self.transposed.poison();
+        self.back.poison();
+    }
+}
+
+#[cfg(test)]
+impl<A> ScratchPool<A> {
+    /// `f` on every held buffer set.
+    pub(super) fn each(&self, f: impl FnMut(&mut BlockScratch<A>)) {
+        self.held().iter_mut().for_each(f);
+    }
+}
+
+/// Buffers of dropped training blocks, for the next ones ([`TrainBlock::with_pool`]): a training
+/// loop that keeps one pool allocates its blocks' buffers in its first step and reuses them
+/// after, instead of allocating and freeing megabytes per step, which leaves every later step's
+/// speed to how the allocator serves them (zeroing, page faults).
+///
+/// ```
+/// use harness_reference::cnf::{CnfConfig, CnfParams, TrainBlock, ScratchPool};
+/// use harness_reference::ode::grad::DiffField;
+/// use std::sync::Arc;
+/// let cfg = CnfConfig { width: 8, depth: 1, blocks: 1, ..CnfConfig::default() };
+/// let p = CnfParams::<f64>::init(cfg, 0)?;
+/// let pool = Arc::new(ScratchPool::default());
+/// for _ in 0..2 {
+///     let block = TrainBlock::new(p.layout.clone(), 2, None, p.blocks[0].clone())
+///         .with_pool(&pool);
+///     let mut dz = [0.0; 6];
+///     block.eval(0.5, &[0.1, -0.2, 1.0, 0.5, 0.0, 0.0], &p.blocks[0], &mut dz);
+/// }
+/// assert_eq!(pool.len(), 1); // the second block reused the first one's buffers
+/// # Ok::<(), harness_reference::Error>(())
+/// ```
+pub struct ScratchPool<A>(Mutex<Vec<BlockScratch<A>>>);
+
+impl<A> Default for ScratchPool<A> {
+    fn default() -> Self {
+        ScratchPool(Mutex::new(Vec::new()))
+    }
+}
+
+impl<A> ScratchPool<A> {
+    /// Buffers held for the next blocks.
+    pub fn len(&self) -> usize {
+        self.held().len()
+    }
+
+    /// Whether no buffers are held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Vec<BlockScratch<A>>> {
+        // a block that panicked while holding the lock left whole buffers behind (a push or a
+        // pop is all that runs under it)
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl<A: Real> TrainBlock<A> {
@@ -66,9 +155,26 @@ impl<A: Real> TrainBlock<A> {
             probes,
             theta,
             on_tape: false,
-            kept: RefCell::new(Vec::new()),
-            scratch: RefCell::new(Kept::default()),
-            back: RefCell::new(BackScratch::default()),
+            work: RefCell::new(BlockScratch::default()),
+            pool: None,
+        }
+    }
+
+    /// The same block with its buffers taken from `pool` (if it holds any), and given back to it
+    /// when the block is dropped.
+    pub fn with_pool(mut self, pool: &Arc<ScratchPool<A>>) -> Self {
+        if let Some(work) = pool.held().pop() {
+            self.work = RefCell::new(work);
+        }
+        self.pool = Some(Arc::clone(pool));
+        self
+    }
+}
+
+impl<A: Real> Drop for TrainBlock<A> {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.held().push(std::mem::take(self.work.get_mut()));
         }
     }
 }
@@ -88,33 +194,53 @@ fn unit_rows(n: usize, d: usize, j: usize) -> Vec<f64> {
 }
 
 impl<A: Real> TrainBlock<A> {
-    /// The field ([`field::forward`]) into `dy = [f; tr]`, keeping its products in `kept`.
-    fn forward(&self, t: A, y: &[A], theta: &[A], dy: &mut [A], kept: &mut Kept<A>) {
+    /// The field ([`field::forward`]) into `dy = [f; tr]`, keeping its products in the stage
+    /// slot `slot`, or in the scratch evaluation for `None`.
+    fn forward(&self, slot: Option<usize>, t: A, y: &[A], theta: &[A], dy: &mut [A]) {
         let (f, tr) = dy.split_at_mut(self.n * self.layout.data_size);
         let probes = self.probes.as_deref();
-        field::forward(&self.layout, theta, self.n, probes, t, y, f, tr, kept);
+        let work = &mut *self.work.borrow_mut();
+        let kept = match slot {
+            Some(slot) => {
+                if work.kept.len() <= slot {
+                    work.kept.resize_with(slot + 1, Kept::default);
+                }
+                &mut work.kept[slot]
+            }
+            None => &mut work.scratch,
+        };
+        let transposed = &mut work.transposed;
+        field::forward(
+            &self.layout,
+            theta,
+            self.n,
+            probes,
+            t,
+            y,
+            f,
+            tr,
+            kept,
+            transposed,
+        );
     }
 }
 
 impl<A: Real> ManualVjp<A> for TrainBlock<A> {
     fn eval_kept(&self, slot: usize, t: A, y: &[A], theta: &[A], dy: &mut [A]) {
-        let mut kept = self.kept.borrow_mut();
-        if kept.len() <= slot {
-            kept.resize_with(slot + 1, Kept::default);
-        }
-        self.forward(t, y, theta, dy, &mut kept[slot]);
+        self.forward(Some(slot), t, y, theta, dy);
     }
     fn vjp_kept(&self, slot: usize, theta: &[A], fbar: &[A], ybar: &mut [A], thetabar: &mut [A]) {
+        let work = &mut *self.work.borrow_mut();
         adjoint::backward(
             &self.layout,
             theta,
             self.n,
             self.probes.as_deref(),
-            &self.kept.borrow()[slot],
+            &work.kept[slot],
             fbar,
             ybar,
             thetabar,
-            &mut self.back.borrow_mut(),
+            &mut work.back,
         );
     }
 }
@@ -134,7 +260,7 @@ impl<A: Real> DiffField<A> for TrainBlock<A> {
         self.theta.clone()
     }
     fn eval(&self, t: A, y: &[A], theta: &[A], dy: &mut [A]) {
-        self.forward(t, y, theta, dy, &mut self.scratch.borrow_mut());
+        self.forward(None, t, y, theta, dy);
     }
     fn eval_taped(&self, t: f64, y: Taped, theta: Taped) -> Taped {
         let dev = device();

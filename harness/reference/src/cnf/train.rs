@@ -50,9 +50,10 @@
 
 use super::config::{CnfConfig, Probe, TraceEstimator};
 use super::data::Dataset;
-use super::flow::loss_and_grad;
+use super::flow::loss_and_grad_in;
 use super::params::CnfParams;
 use super::random::{key, normal, rademacher};
+use super::taped::ScratchPool;
 use crate::backend::{Array, DType, Real};
 use crate::error::ensure;
 use crate::ode::grad::GradMode;
@@ -60,6 +61,7 @@ use crate::optim::{adamw, AdamHyper, AdamW, Transform};
 use crate::stage::{HasSignature, KeyHasher, LeafSig, Signature, Stage};
 use crate::tree::{apply_updates, Tree};
 use crate::Result;
+use std::sync::Arc;
 
 /// Stream purposes.
 const DATA_STREAM: u64 = 0xDA7A;
@@ -153,11 +155,13 @@ impl<A: Real> HasSignature for TrainState<A> {
     }
 }
 
-/// What a trace builds: the step's workspace (the mini-batch and probe buffers), sized by the
-/// configuration once, as a compiled executable owns its buffers.
+/// What a trace builds: the step's workspace (the mini-batch and probe buffers, and the
+/// gradient's buffers, allocated in the first step and reused after: [`ScratchPool`]), as a
+/// compiled executable owns its buffers.
 pub struct StepWorkspace<A = f64> {
     batch: Vec<A>,
     probes: Vec<A>,
+    blocks: Arc<ScratchPool<A>>,
 }
 
 /// A CNF trainer: configuration, data, optimizer and the staged step, training in `A` (f32 or
@@ -315,6 +319,7 @@ impl<A: Real> StepWorkspace<A> {
         StepWorkspace {
             batch: vec![A::zero(); len],
             probes: vec![A::zero(); len],
+            blocks: Arc::default(),
         }
     }
 }
@@ -344,7 +349,11 @@ fn step_with<A: Real>(
 ) -> Result<(TrainState<A>, f64)> {
     let k = state.step.data().first().copied().unwrap_or(0);
     let params = params_from(*cfg, state)?;
-    let StepWorkspace { batch, probes } = ws;
+    let StepWorkspace {
+        batch,
+        probes,
+        blocks,
+    } = ws;
     let k = u64::try_from(k).map_err(|_| crate::Error::InvalidHyper {
         name: "step",
         value: k.to_string(),
@@ -364,7 +373,7 @@ fn step_with<A: Real>(
             Some(&probes[..])
         }
     };
-    let lg = loss_and_grad(&params, batch, probes, train.grad)?;
+    let lg = loss_and_grad_in(&params, batch, probes, train.grad, blocks)?;
     let grads = Tree::from_leaves(
         lg.grads
             .into_iter()

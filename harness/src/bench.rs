@@ -340,13 +340,16 @@ pub fn attach_limits(figures: &mut [Figure]) {
             "train_step_w64_d3_b500_ms" => time(
                 f,
                 cnf_bound,
-                "f64 gemm rate: the step's product flops (4 forward solves' worth) / \
+                "f64 gemm rate: the step's product flops (bench::cnf_product_macs) / \
                  gemm_f64_384x64x64_all_cores_gflops (= cnf_train_step_gemm_bound_ms)"
                     .into(),
             ),
             "cnf_loglik_b500_ms" => time(
                 f,
-                cnf_bound.map(|b| b / CNF_STEP_PER_FORWARD),
+                cnf_bound.map(|b| {
+                    let (solve, step) = cnf_product_macs(&cnf_bench_config(), CNF_BENCH_BATCH);
+                    b * solve / step
+                }),
                 "f64 gemm rate: one forward solve's product flops / \
                  gemm_f64_384x64x64_all_cores_gflops"
                     .into(),
@@ -364,7 +367,7 @@ pub fn attach_limits(figures: &mut [Figure]) {
             "train_step_w64_d3_b500_f32_ms" => time(
                 f,
                 cnf_bound32,
-                "f32 gemm rate: the step's product flops (4 forward solves' worth) / \
+                "f32 gemm rate: the step's product flops (bench::cnf_product_macs) / \
                  gemm_f32_384x64x64_all_cores_gflops (= cnf_train_step_f32_gemm_bound_ms)"
                     .into(),
             ),
@@ -1131,11 +1134,57 @@ pub fn cnf_eval_macs(cfg: &crate::cnf::CnfConfig, n: usize) -> f64 {
         .sum()
 }
 
-/// Product flops of a CNF training step in units of one forward solve: the forward pass that
-/// computes the states, the stage evaluations of each step's VJP (which keep their products),
-/// and the hand-written backward of two products (`W1bar = Pbar^T H`, `Hbar = Pbar W1`) per
-/// forward product ([`crate::cnf::adjoint`]).
-pub const CNF_STEP_PER_FORWARD: f64 = 1.0 + 1.0 + 2.0;
+/// Multiply-adds of the matrix products of a CNF solve and of a training step on it, for one
+/// block over a batch of `n`, counted as the code computes them: `(solve, step)`.
+///
+/// - The solve (the log-likelihood, or the states of a training step) evaluates the field once
+///   per stage: `1 + steps (s - 1)` evaluations for a tableau whose last stage is the next
+///   step's first (Tsit5: 61 for 10 steps), `steps s` otherwise.
+/// - A training step adds, per step, the `s'` stages its VJP needs (all but an FSAL tableau's
+///   last), evaluated again keeping their products, and for each the hand-written backward's
+///   two products per layer ([`crate::cnf::adjoint`]: `W1bar = Pbar^T H` over every row, and
+///   `Hbar = Pbar W1` over every row but the first layer's tangent rows, which are constants).
+///
+/// ```
+/// use harness::bench::cnf_product_macs;
+/// let cfg = harness::cnf::CnfConfig { width: 64, depth: 3, blocks: 1, ..Default::default() };
+/// let (solve, step) = cnf_product_macs(&cfg, 500);
+/// // one evaluation: 1500 rows (the exact trace in 2-D) through 2x64, 64x64, 64x64, 64x2
+/// let eval = 1500.0 * (128.0 + 4096.0 + 4096.0 + 128.0);
+/// assert_eq!(solve, 61.0 * eval);
+/// // 60 kept evaluations, 60 backward passes less the first layer's 1000 tangent rows of Hbar
+/// assert_eq!(step, solve + 60.0 * eval + 60.0 * (2.0 * eval - 1000.0 * 128.0));
+/// ```
+pub fn cnf_product_macs(cfg: &crate::cnf::CnfConfig, n: usize) -> (f64, f64) {
+    let tab = cfg.solver.tableau();
+    let s = tab.stages() as f64;
+    let steps = ((cfg.t1 - cfg.t0) / cfg.dt0).round();
+    let (solve_evals, kept_evals) = if tab.fsal() {
+        (1.0 + steps * (s - 1.0), steps * (s - 1.0))
+    } else {
+        (steps * s, steps * s)
+    };
+    let eval = cnf_eval_macs(cfg, n);
+    let (i0, o0) = cfg.layer_dims()[0];
+    let first_tangent_hbar = (cfg.tangents() * n * i0 * o0) as f64;
+    let backward = 2.0 * eval - first_tangent_hbar;
+    let solve = solve_evals * eval;
+    (solve, solve + kept_evals * (eval + backward))
+}
+
+/// The field of the `cnf` area: width 64, depth 3, one block (the rest as
+/// [`crate::cnf::CnfConfig::default`]).
+fn cnf_bench_config() -> crate::cnf::CnfConfig {
+    crate::cnf::CnfConfig {
+        width: 64,
+        depth: 3,
+        blocks: 1,
+        ..crate::cnf::CnfConfig::default()
+    }
+}
+
+/// The batch of the `cnf` area's training step and log-likelihood.
+const CNF_BENCH_BATCH: usize = 500;
 
 /// Area `cnf`: `train_step_w64_d3_b500_ms` (one full training step — batch draw, loss and
 /// gradient through 10 constant Tsit5 steps with the exact trace and the full tape, AdamW
@@ -1147,20 +1196,17 @@ pub const CNF_STEP_PER_FORWARD: f64 = 1.0 + 1.0 + 2.0;
 /// [`crate::backend::gemm_into`], the step's own entry point, so the limit's rate is that of the
 /// fastest kernel the step has for it: on AVX-512 CPUs the register-tiled outer products
 /// (58 GFLOP/s a core in f64 on the benchmark machine, against `gemm` 0.15's 37), elsewhere
-/// `gemm`'s. The step's products are [`CNF_STEP_PER_FORWARD`] forward solves'
-/// worth. The same step trained in f32 (`train_step_w64_d3_b500_f32_ms`) has its own limit:
+/// `gemm`'s. The step's products are counted as the code computes them ([`cnf_product_macs`]).
+/// The same step trained in f32 (`train_step_w64_d3_b500_f32_ms`) has its own limit:
 /// the same flops at the f32 rate of the same product, measured in the same run.
 fn cnf(quick: bool) -> Result<Vec<Figure>> {
     use crate::cnf::data::Dataset;
     use crate::cnf::train::{TrainConfig, Trainer};
-    use crate::cnf::CnfConfig;
-    let cfg = CnfConfig {
-        width: 64,
-        depth: 3,
-        blocks: 1,
-        ..CnfConfig::default()
+    let cfg = cnf_bench_config();
+    let tc = TrainConfig {
+        batch: CNF_BENCH_BATCH,
+        ..TrainConfig::default()
     };
-    let tc = TrainConfig::default();
     let reps = if quick { 2 } else { 7 };
     let gemm_reps = if quick { 50 } else { 400 };
     let step_s = cnf_train_step_seconds::<f64>(cfg, tc, reps)?;
@@ -1174,10 +1220,7 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
     });
     let gflops = cnf_chunk_gemm_gflops::<f64>(&cfg, gemm_reps);
     let gflops32 = cnf_chunk_gemm_gflops::<f32>(&cfg, gemm_reps);
-    let steps = ((cfg.t1 - cfg.t0) / cfg.dt0).round();
-    let evals = steps * 6.0 + 1.0; // Tsit5 with FSAL
-    let fwd_flops = 2.0 * evals * cnf_eval_macs(&cfg, tc.batch);
-    let step_flops = fwd_flops * CNF_STEP_PER_FORWARD;
+    let step_flops = 2.0 * cnf_product_macs(&cfg, tc.batch).1;
     let ideal_ms = step_flops / (gflops * 1e9) * 1e3;
     let ideal32_ms = step_flops / (gflops32 * 1e9) * 1e3;
     Ok(vec![

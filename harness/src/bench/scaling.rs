@@ -464,8 +464,6 @@ fn cnf(plan: &Plan) -> Result<ScalingKernel> {
     };
     let gflops = super::cnf_chunk_gemm_gflops::<f64>(&cfg, plan.cnf_gemm_reps);
     let params = CnfParams::<f64>::init(cfg, 3)?;
-    let steps = ((cfg.t1 - cfg.t0) / cfg.dt0).round();
-    let evals = steps * 6.0 + 1.0; // Tsit5 with FSAL
     let mut measured = Vec::new();
     for &b in &plan.batches {
         let x: Vec<f64> = (0..2 * b).map(|i| (i as f64 * 0.3).sin()).collect();
@@ -478,7 +476,7 @@ fn cnf(plan: &Plan) -> Result<ScalingKernel> {
         if let Some(e) = err {
             return Err(e.into());
         }
-        let flops = 2.0 * evals * super::cnf_eval_macs(&cfg, b);
+        let flops = 2.0 * super::cnf_product_macs(&cfg, b).0;
         measured.push((b as f64, secs, Some(flops / (gflops * 1e9))));
     }
     Ok(ScalingKernel::new(

@@ -253,38 +253,38 @@ fn backward_body<A: Real>(
             ybar[n * d..n * (d + 1)].fill(zero);
             break;
         }
-        // Through the nonlinearity of layer li - 1: H = [h'; g du_q], du_q = P_q s
+        // Through the nonlinearity of layer li - 1: H = [h'; g du_q], du_q = P_q s; one sample
+        // at a time, its tangent rows (in block order) before its primal row
         let pb = &kept.p[li - 1];
         let sv = kept.sbc[li - 1].split3(inp).0;
         let ubar = &mut sc.ubar[..rows * inp];
         let hbar = &sc.hbar[..rows * inp];
         let gbar = &mut sc.acc;
         gbar.clear();
-        gbar.resize(n * inp, zero);
-        // tangent rows: dubar_q = g dh'bar_q; gbar += du_q dh'bar_q
-        for r in n..rows {
-            let i = r % n;
-            let (hr, gr) = (
-                &h[i * inp..(i + 1) * inp],
-                &mut gbar[i * inp..(i + 1) * inp],
-            );
-            let (ur, hbr, pr) = (
-                &mut ubar[r * inp..(r + 1) * inp],
-                &hbar[r * inp..(r + 1) * inp],
-                &pb[r * inp..(r + 1) * inp],
-            );
-            for j in 0..inp {
-                gr[j] += pr[j] * sv[j] * hbr[j];
-                ur[j] = (one - hr[j] * hr[j]) * hbr[j];
-            }
-        }
-        // primal rows: ubar = g (h'bar - 2 h' gbar)
+        gbar.resize(inp, zero);
+        let (up, ut) = ubar.split_at_mut(n * inp);
         for i in 0..n {
-            let (hr, gr) = (&h[i * inp..(i + 1) * inp], &gbar[i * inp..(i + 1) * inp]);
-            let (ur, hbr) = (
-                &mut ubar[i * inp..(i + 1) * inp],
-                &hbar[i * inp..(i + 1) * inp],
+            let (ur, hr, gr) = (
+                &mut up[i * inp..(i + 1) * inp],
+                &h[i * inp..(i + 1) * inp],
+                &mut gbar[..inp],
             );
+            gr.fill(zero);
+            // tangent rows: dubar_q = g dh'bar_q; gbar += du_q dh'bar_q
+            for q in 0..k {
+                let r = (1 + q) * n + i;
+                let (dr, hbr, pr) = (
+                    &mut ut[(r - n) * inp..(r - n + 1) * inp],
+                    &hbar[r * inp..(r + 1) * inp],
+                    &pb[r * inp..(r + 1) * inp],
+                );
+                for j in 0..inp {
+                    gr[j] += pr[j] * sv[j] * hbr[j];
+                    dr[j] = (one - hr[j] * hr[j]) * hbr[j];
+                }
+            }
+            // primal row: ubar = g (h'bar - 2 h' gbar)
+            let hbr = &hbar[i * inp..(i + 1) * inp];
             for j in 0..inp {
                 ur[j] = (one - hr[j] * hr[j]) * (hbr[j] - two * hr[j] * gr[j]);
             }

@@ -301,8 +301,9 @@ pub fn lane_dot<A: Real>(x: &[A], y: &[A]) -> A {
 /// by exchanging halves between pairs of rows (`w = 8, 4, 2, 1`), which leaves row `r`'s sum in
 /// lane `r` of one vector. A partial last block of a row is loaded under a mask, so its missing
 /// terms are `+0`, and adding `+0` changes no lane (a lane is never `-0`: see the module notes).
-/// Rows left over (fewer than a vector's worth) and other CPUs use [`lane_dot`] itself. The
-/// bits are the same either way (tested below on shapes around every boundary, with signed
+/// A last group of fewer rows runs with the missing rows as zero vectors (the tree never mixes
+/// rows: each lane's total comes from its own row's lanes). Other CPUs use [`lane_dot`] itself.
+/// The bits are the same either way (tested below on shapes around every boundary, with signed
 /// zeros and infinities).
 ///
 /// Panics if `k > 0` and `a`, `b` or `out` do not hold whole rows (`out.len() = m n`).
@@ -340,7 +341,7 @@ pub fn lane_dot_rows<A: Real>(a: &[A], b: &[A], k: usize, out: &mut [A]) {
     }
 }
 
-/// [`lane_dot_rows`]'s vector form for f32: the rows it wrote (a multiple of 16; `0` without
+/// [`lane_dot_rows`]'s vector form for f32: the rows it wrote (all of them; `0` without
 /// AVX-512 F). `k <= BLOCK`, whole rows (checked by the caller).
 pub(super) fn dot_rows_simd_f32(a: &[f32], b: &[f32], k: usize, out: &mut [f32]) -> usize {
     #[cfg(target_arch = "x86_64")]
@@ -352,7 +353,7 @@ pub(super) fn dot_rows_simd_f32(a: &[f32], b: &[f32], k: usize, out: &mut [f32])
     0
 }
 
-/// [`lane_dot_rows`]'s vector form for f64: the rows it wrote (a multiple of 8; `0` without
+/// [`lane_dot_rows`]'s vector form for f64: the rows it wrote (all of them; `0` without
 /// AVX-512 F). `k <= BLOCK`, whole rows (checked by the caller).
 pub(super) fn dot_rows_simd_f64(a: &[f64], b: &[f64], k: usize, out: &mut [f64]) -> usize {
     #[cfg(target_arch = "x86_64")]
@@ -443,23 +444,24 @@ mod x86 {
         step(t[0], t[1], 1)
     }
 
-    /// Rows `0..16 floor(m / 16)` of [`super::lane_dot_rows`] in f32; returns how many.
+    /// Every row of [`super::lane_dot_rows`] in f32, sixteen at a time (a last group of fewer
+    /// with zero vectors for the missing rows); returns `m`.
     ///
     /// # Safety
     /// The CPU must have AVX-512 F; `a` is `m x k`, `b` is `n x k`, `out` is `m x n`.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn dot_rows_f32(a: &[f32], b: &[f32], k: usize, out: &mut [f32]) -> usize {
         let (m, n) = (a.len() / k, b.len() / k);
-        let whole = m / 16 * 16;
         let full = k / LANES * LANES;
         let tail: __mmask16 = ((1u32 << (k - full)) - 1) as u16;
         let (a, b) = (a.as_ptr(), b.as_ptr());
         let mut sums = [0f32; 16];
-        for i0 in (0..whole).step_by(16) {
+        for i0 in (0..m).step_by(16) {
+            let rows = (m - i0).min(16);
             for j in 0..n {
                 let bj = b.add(j * k);
                 let mut v = [_mm512_setzero_ps(); 16];
-                for (r, v) in v.iter_mut().enumerate() {
+                for (r, v) in v.iter_mut().enumerate().take(rows) {
                     let ar = a.add((i0 + r) * k);
                     // lane q: ((0 + t_q) + t_{q+16}) + ..., t_c = a_c b_c rounded
                     let mut acc = _mm512_setzero_ps();
@@ -480,23 +482,23 @@ mod x86 {
                     *v = acc;
                 }
                 _mm512_storeu_ps(sums.as_mut_ptr(), tree16(v));
-                for (r, &s) in sums.iter().enumerate() {
+                for (r, &s) in sums.iter().enumerate().take(rows) {
                     out[(i0 + r) * n + j] = s;
                 }
             }
         }
-        whole
+        m
     }
 
-    /// Rows `0..8 floor(m / 8)` of [`super::lane_dot_rows`] in f64; returns how many. A row's
-    /// sixteen lanes are two vectors (lanes `0..8` and `8..16`), added for `w = 8`.
+    /// Every row of [`super::lane_dot_rows`] in f64, eight at a time (a last group of fewer with
+    /// zero vectors for the missing rows); returns `m`. A row's sixteen lanes are two vectors
+    /// (lanes `0..8` and `8..16`), added for `w = 8`.
     ///
     /// # Safety
     /// The CPU must have AVX-512 F; `a` is `m x k`, `b` is `n x k`, `out` is `m x n`.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn dot_rows_f64(a: &[f64], b: &[f64], k: usize, out: &mut [f64]) -> usize {
         let (m, n) = (a.len() / k, b.len() / k);
-        let whole = m / 8 * 8;
         let full = k / LANES * LANES;
         let rest = k - full;
         let (tail_lo, tail_hi): (__mmask8, __mmask8) = (
@@ -505,11 +507,12 @@ mod x86 {
         );
         let (a, b) = (a.as_ptr(), b.as_ptr());
         let mut sums = [0f64; 8];
-        for i0 in (0..whole).step_by(8) {
+        for i0 in (0..m).step_by(8) {
+            let rows = (m - i0).min(8);
             for j in 0..n {
                 let bj = b.add(j * k);
                 let mut v = [_mm512_setzero_pd(); 8];
-                for (r, v) in v.iter_mut().enumerate() {
+                for (r, v) in v.iter_mut().enumerate().take(rows) {
                     let ar = a.add((i0 + r) * k);
                     let (mut lo, mut hi) = (_mm512_setzero_pd(), _mm512_setzero_pd());
                     let mut c = 0;
@@ -544,12 +547,12 @@ mod x86 {
                     *v = _mm512_add_pd(lo, hi);
                 }
                 _mm512_storeu_pd(sums.as_mut_ptr(), tree8(v));
-                for (r, &s) in sums.iter().enumerate() {
+                for (r, &s) in sums.iter().enumerate().take(rows) {
                     out[(i0 + r) * n + j] = s;
                 }
             }
         }
-        whole
+        m
     }
 }
 
@@ -690,7 +693,7 @@ mod tests {
 
     /// `lane_dot_rows` against `lane_dot` element by element, bit for bit (NaNs only as NaNs),
     /// for rows around every vector boundary (7..17 f64 / 15..33 f32 rows, so the vector form's
-    /// leftover rows run too), depths with and without a partial last block, and 1 to 4 columns.
+    /// partial last group of rows runs too), depths with and without a partial last block, and 1 to 4 columns.
     fn dot_rows_equal_lane_dot<A: Real>(special: &[A]) {
         for k in [1usize, 5, 8, 9, 15, 16, 17, 31, 64, 100, 384] {
             for m in [0usize, 1, 7, 8, 9, 15, 16, 17, 31, 33] {

@@ -140,7 +140,7 @@ fn backward_body<A: Real>(
     thbar: &mut [A],
     sc: &mut BackScratch<A>,
 ) {
-    let (zero, one, two) = (A::zero(), A::one(), A::of_f64(2.0));
+    let (zero, one) = (A::zero(), A::one());
     let d = layout.data_size;
     let k = probes.map_or(d, |_| 1);
     let rows = (1 + k) * n;
@@ -177,11 +177,13 @@ fn backward_body<A: Real>(
         let (h, p) = (&kept.h[li], &kept.p[li]);
         let ubar = &mut sc.ubar[..rows * wo];
         let (sv, bv, _) = kept.sbc[li].split3(wo);
-        // sbar_j, cbar_j, b1bar_j (column sums), then Pbar = Ubar * s in place
+        // sbar_j, cbar_j, b1bar_j (column sums), then Pbar = Ubar * s in place; below the last
+        // layer, Ubar is made in the same pass from Hbar of the layer above (through the
+        // nonlinearity: `Tanh`)
         let acc = &mut sc.acc;
         acc.clear();
         acc.resize(3 * wo, zero);
-        ColumnSums {
+        let sums = ColumnSums {
             ubar,
             p,
             s: sv,
@@ -189,8 +191,17 @@ fn backward_body<A: Real>(
             n,
             wo,
             out: acc,
+        };
+        if li + 1 == nl {
+            sums.run(Written);
+        } else {
+            sums.run(Tanh {
+                hbar: &sc.hbar[..rows * wo],
+                h: &kept.h[li + 1],
+                n,
+                k,
+            });
         }
-        .run();
         let (sbar, rest) = acc.split_at(wo);
         let (cbar, b1bar) = rest.split_at(wo);
         for j in 0..wo {
@@ -253,42 +264,6 @@ fn backward_body<A: Real>(
             ybar[n * d..n * (d + 1)].fill(zero);
             break;
         }
-        // Through the nonlinearity of layer li - 1: H = [h'; g du_q], du_q = P_q s; one sample
-        // at a time, its tangent rows (in block order) before its primal row
-        let pb = &kept.p[li - 1];
-        let sv = kept.sbc[li - 1].split3(inp).0;
-        let ubar = &mut sc.ubar[..rows * inp];
-        let hbar = &sc.hbar[..rows * inp];
-        let gbar = &mut sc.acc;
-        gbar.clear();
-        gbar.resize(inp, zero);
-        let (up, ut) = ubar.split_at_mut(n * inp);
-        for i in 0..n {
-            let (ur, hr, gr) = (
-                &mut up[i * inp..(i + 1) * inp],
-                &h[i * inp..(i + 1) * inp],
-                &mut gbar[..inp],
-            );
-            gr.fill(zero);
-            // tangent rows: dubar_q = g dh'bar_q; gbar += du_q dh'bar_q
-            for q in 0..k {
-                let r = (1 + q) * n + i;
-                let (dr, hbr, pr) = (
-                    &mut ut[(r - n) * inp..(r - n + 1) * inp],
-                    &hbar[r * inp..(r + 1) * inp],
-                    &pb[r * inp..(r + 1) * inp],
-                );
-                for j in 0..inp {
-                    gr[j] += pr[j] * sv[j] * hbr[j];
-                    dr[j] = (one - hr[j] * hr[j]) * hbr[j];
-                }
-            }
-            // primal row: ubar = g (h'bar - 2 h' gbar)
-            let hbr = &hbar[i * inp..(i + 1) * inp];
-            for j in 0..inp {
-                ur[j] = (one - hr[j] * hr[j]) * (hbr[j] - two * hr[j] * gr[j]);
-            }
-        }
     }
 }
 
@@ -308,10 +283,12 @@ const SUM_COLUMNS_TAIL: usize = 8;
 /// ```
 ///
 /// each in row order from zero (primal rows first), into `out = [sbar; cbar; b1bar]`, and
-/// `U <- U * s` in place. Columns go in blocks of [`SUM_COLUMNS`], then of
-/// [`SUM_COLUMNS_TAIL`], then one at a time, each block in one pass over the rows: the same sums
-/// as a row-by-row pass over the whole width, without reading and writing every running sum at
-/// every row.
+/// `ubar <- U * s`. `U` is what `ubar` holds ([`Written`], the last layer) or is made row by row
+/// in the same pass from the next layer's input cotangent ([`Tanh`], every other layer), so that
+/// the pass through the nonlinearity does not write `U` for this pass to read back. Columns go
+/// in blocks of [`SUM_COLUMNS`], then of [`SUM_COLUMNS_TAIL`], then one at a time, each block in
+/// one pass over the rows: the same sums as a row-by-row pass over the whole width, without
+/// reading and writing every running sum at every row.
 struct ColumnSums<'a, A> {
     ubar: &'a mut [A],
     p: &'a [A],
@@ -325,57 +302,160 @@ struct ColumnSums<'a, A> {
 }
 
 impl<A: Real> ColumnSums<'_, A> {
+    /// The sums and `U * s` of every column, with `U` from `from`.
     #[inline(always)]
-    fn run(mut self) {
+    fn run<C: Cotangent<A>>(mut self, from: C) {
         let wo = self.wo;
         let mut j0 = 0;
         while j0 + SUM_COLUMNS <= wo {
-            self.block::<SUM_COLUMNS>(j0);
+            self.block::<SUM_COLUMNS, C>(j0, &from);
             j0 += SUM_COLUMNS;
         }
         while j0 + SUM_COLUMNS_TAIL <= wo {
-            self.block::<SUM_COLUMNS_TAIL>(j0);
+            self.block::<SUM_COLUMNS_TAIL, C>(j0, &from);
             j0 += SUM_COLUMNS_TAIL;
         }
         for j in j0..wo {
-            self.block::<1>(j);
+            self.block::<1, C>(j, &from);
         }
     }
 
     /// The columns `j0..j0 + W`, in one pass over the rows.
     #[inline(always)]
-    fn block<const W: usize>(&mut self, j0: usize) {
+    fn block<const W: usize, C: Cotangent<A>>(&mut self, j0: usize, from: &C) {
         let (n, wo) = (self.n, self.wo);
         let mut s = [A::zero(); W];
         let mut c = [A::zero(); W];
         let mut b = [A::zero(); W];
         let sw: [A; W] = self.s[j0..j0 + W].try_into().expect("W columns");
         let bw: [A; W] = self.b1[j0..j0 + W].try_into().expect("W columns");
+        let rows = self.ubar.len() / wo;
         let (up, ut) = self.ubar.split_at_mut(n * wo);
-        for (ur, pr) in up.chunks_exact_mut(wo).zip(self.p.chunks_exact(wo)) {
-            let (ur, pr) = (&mut ur[j0..j0 + W], &pr[j0..j0 + W]);
+        for i in 0..n {
+            let at = i * wo + j0;
+            let (ur, pr) = (&mut up[at..at + W], &self.p[at..at + W]);
+            let u = from.primal::<W>(i, j0, ur, self.p, wo, &sw);
             for j in 0..W {
-                let ub = ur[j];
-                s[j] += ub * (pr[j] + bw[j]);
-                c[j] += ub;
-                let pb = ub * sw[j];
+                s[j] += u[j] * (pr[j] + bw[j]);
+                c[j] += u[j];
+                let pb = u[j] * sw[j];
                 ur[j] = pb;
                 b[j] += pb;
             }
         }
-        for (ur, pr) in ut
-            .chunks_exact_mut(wo)
-            .zip(self.p[n * wo..].chunks_exact(wo))
-        {
-            let (ur, pr) = (&mut ur[j0..j0 + W], &pr[j0..j0 + W]);
+        for r in n..rows {
+            let at = r * wo + j0;
+            let (ur, pr) = (&mut ut[at - n * wo..at - n * wo + W], &self.p[at..at + W]);
+            let u = from.tangent::<W>(r, j0, ur, wo);
             for j in 0..W {
-                s[j] += ur[j] * pr[j];
-                ur[j] *= sw[j];
+                s[j] += u[j] * pr[j];
+                ur[j] = u[j] * sw[j];
             }
         }
         self.out[j0..j0 + W].copy_from_slice(&s);
         self.out[wo + j0..wo + j0 + W].copy_from_slice(&c);
         self.out[2 * wo + j0..2 * wo + j0 + W].copy_from_slice(&b);
+    }
+}
+
+/// Where [`ColumnSums`] takes a layer's output cotangent `U` (`rows x wo`) from, a block of `W`
+/// columns (from `j0`) of one row at a time.
+trait Cotangent<A> {
+    /// Primal row `i`, whose current values are `u`; `p` is the layer's product (every row),
+    /// `s` its sigmoids at the block.
+    fn primal<const W: usize>(
+        &self,
+        i: usize,
+        j0: usize,
+        u: &[A],
+        p: &[A],
+        wo: usize,
+        s: &[A; W],
+    ) -> [A; W];
+    /// Tangent row `r` (counted over every row, so `r >= n`), whose current values are `u`.
+    fn tangent<const W: usize>(&self, r: usize, j0: usize, u: &[A], wo: usize) -> [A; W];
+}
+
+/// `U` as the buffer holds it (the last layer's, written from the cotangents of `f` and the
+/// trace).
+struct Written;
+
+impl<A: Real> Cotangent<A> for Written {
+    #[inline(always)]
+    fn primal<const W: usize>(
+        &self,
+        _: usize,
+        _: usize,
+        u: &[A],
+        _: &[A],
+        _: usize,
+        _: &[A; W],
+    ) -> [A; W] {
+        u[..W].try_into().expect("W columns")
+    }
+    #[inline(always)]
+    fn tangent<const W: usize>(&self, _: usize, _: usize, u: &[A], _: usize) -> [A; W] {
+        u[..W].try_into().expect("W columns")
+    }
+}
+
+/// `U` of a layer followed by `tanh`, from the cotangent `Hbar = [h'bar; dh'bar_q]` of the
+/// next layer's input `H = [h'; g du_q]` (`g = 1 - h'^2`, `du_q = P_q s`):
+///
+/// ```text
+/// gbar    = sum_q du_q * dh'bar_q                  (from zero, q in order)
+/// ubar    = g * (h'bar - 2 h' gbar)               (primal rows)
+/// dubar_q = g * dh'bar_q                           (tangent rows)
+/// ```
+struct Tanh<'a, A> {
+    /// `Hbar`, `rows x wo`.
+    hbar: &'a [A],
+    /// `H` of the next layer, `rows x wo` (its primal rows are `h'`).
+    h: &'a [A],
+    /// Primal rows.
+    n: usize,
+    /// Tangent blocks.
+    k: usize,
+}
+
+impl<A: Real> Cotangent<A> for Tanh<'_, A> {
+    #[inline(always)]
+    fn primal<const W: usize>(
+        &self,
+        i: usize,
+        j0: usize,
+        _: &[A],
+        p: &[A],
+        wo: usize,
+        s: &[A; W],
+    ) -> [A; W] {
+        let (one, two) = (A::one(), A::of_f64(2.0));
+        let at = i * wo + j0;
+        let (hr, hbr) = (&self.h[at..at + W], &self.hbar[at..at + W]);
+        let mut g = [A::zero(); W];
+        for q in 0..self.k {
+            let at = ((1 + q) * self.n + i) * wo + j0;
+            let (pr, tr) = (&p[at..at + W], &self.hbar[at..at + W]);
+            for j in 0..W {
+                g[j] += pr[j] * s[j] * tr[j];
+            }
+        }
+        let mut u = [A::zero(); W];
+        for j in 0..W {
+            u[j] = (one - hr[j] * hr[j]) * (hbr[j] - two * hr[j] * g[j]);
+        }
+        u
+    }
+    #[inline(always)]
+    fn tangent<const W: usize>(&self, r: usize, j0: usize, _: &[A], wo: usize) -> [A; W] {
+        let one = A::one();
+        let (at, ah) = (r * wo + j0, (r % self.n) * wo + j0);
+        let (hr, tr) = (&self.h[ah..ah + W], &self.hbar[at..at + W]);
+        let mut u = [A::zero(); W];
+        for j in 0..W {
+            u[j] = (one - hr[j] * hr[j]) * tr[j];
+        }
+        u
     }
 }
 
@@ -389,9 +469,9 @@ mod tests {
         (sv, bv)
     }
 
-    /// [`ColumnSums`] over every column of a `rows x wo` cotangent, as the backward pass runs it:
-    /// `(sbar, cbar, b1bar, U * s)`.
-    fn blocked(n: usize, wo: usize, u: &[f64], p: &[f64]) -> Vec<u64> {
+    /// [`ColumnSums`] over every column of a `rows x wo` buffer `u`, with the cotangent from
+    /// `from`, as the backward pass runs it: `(sbar, cbar, b1bar, U * s)`.
+    fn blocked<C: Cotangent<f64>>(n: usize, wo: usize, u: &[f64], p: &[f64], from: C) -> Vec<u64> {
         let (sv, bv) = vectors(wo);
         let mut out = vec![0.0; 3 * wo];
         let mut u = u.to_vec();
@@ -404,8 +484,28 @@ mod tests {
             wo,
             out: &mut out,
         }
-        .run();
+        .run(from);
         [out, u].concat().iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// `U` through the nonlinearity written out element by element (see [`Tanh`]), for `k`
+    /// tangent blocks.
+    fn plain_tanh(n: usize, k: usize, wo: usize, hbar: &[f64], h: &[f64], p: &[f64]) -> Vec<f64> {
+        let (sv, _) = vectors(wo);
+        let mut u = vec![0.0; (1 + k) * n * wo];
+        for i in 0..n {
+            for j in 0..wo {
+                let hv = h[i * wo + j];
+                let mut g = 0.0;
+                for q in 0..k {
+                    let r = (1 + q) * n + i;
+                    g += p[r * wo + j] * sv[j] * hbar[r * wo + j];
+                    u[r * wo + j] = (1.0 - hv * hv) * hbar[r * wo + j];
+                }
+                u[i * wo + j] = (1.0 - hv * hv) * (hbar[i * wo + j] - 2.0 * hv * g);
+            }
+        }
+        u
     }
 
     /// The same sums written out element by element, row by row over the whole width.
@@ -446,7 +546,45 @@ mod tests {
                 .map(|i| (i as f64 * 0.7).sin() * 10f64.powi((i % 7) as i32 - 3))
                 .collect();
             let p: Vec<f64> = (0..rows * wo).map(|i| (i as f64 * 1.3).cos()).collect();
-            assert_eq!(blocked(n, wo, &u, &p), plain(n, wo, &u, &p), "{n} x {wo}");
+            assert_eq!(
+                blocked(n, wo, &u, &p, Written),
+                plain(n, wo, &u, &p),
+                "{n} x {wo}"
+            );
+        }
+    }
+
+    #[test]
+    fn column_sums_through_the_nonlinearity_give_the_bits_of_the_plain_pass_then_sums() {
+        // one and two tangent blocks (Hutchinson, the exact trace in 2-D), widths around the
+        // blocks; the buffer starts as NaN, so a read of it instead of the cotangent shows
+        for k in [1, 2] {
+            for (n, wo) in [
+                (5, 3),
+                (7, SUM_COLUMNS),
+                (4, SUM_COLUMNS + SUM_COLUMNS_TAIL + 5),
+            ] {
+                let rows = (1 + k) * n;
+                let wave = |a: f64, b: f64| -> Vec<f64> {
+                    (0..rows * wo)
+                        .map(|i| (i as f64 * a).sin() * 10f64.powi((i % 5) as i32 - 2) + b)
+                        .collect()
+                };
+                let (hbar, p) = (wave(0.7, 0.0), wave(1.3, 0.1));
+                let h: Vec<f64> = wave(0.37, 0.0).iter().map(|v| v.tanh()).collect();
+                let u = plain_tanh(n, k, wo, &hbar, &h, &p);
+                let from = Tanh {
+                    hbar: &hbar,
+                    h: &h,
+                    n,
+                    k,
+                };
+                assert_eq!(
+                    blocked(n, wo, &vec![f64::NAN; rows * wo], &p, from),
+                    plain(n, wo, &u, &p),
+                    "k {k}, {n} x {wo}"
+                );
+            }
         }
     }
 }

@@ -460,26 +460,28 @@ mod x86 {
             let rows = (m - i0).min(16);
             for j in 0..n {
                 let bj = b.add(j * k);
+                // lane q of row r: ((0 + t_q) + t_{q+16}) + ..., t_c = a_rc b_jc rounded. The
+                // sixteen rows' sums advance together, a vector of the depth at a time (sixteen
+                // independent additions in flight, in registers); in a last group of fewer rows
+                // the missing ones repeat its last row, whose sums are not stored
+                let at: [*const f32; 16] =
+                    std::array::from_fn(|r| a.add((i0 + r.min(rows - 1)) * k));
                 let mut v = [_mm512_setzero_ps(); 16];
-                for (r, v) in v.iter_mut().enumerate().take(rows) {
-                    let ar = a.add((i0 + r) * k);
-                    // lane q: ((0 + t_q) + t_{q+16}) + ..., t_c = a_c b_c rounded
-                    let mut acc = _mm512_setzero_ps();
-                    let mut c = 0;
-                    while c < full {
-                        let t =
-                            _mm512_mul_ps(_mm512_loadu_ps(ar.add(c)), _mm512_loadu_ps(bj.add(c)));
-                        acc = _mm512_add_ps(acc, t);
-                        c += LANES;
+                let mut c = 0;
+                while c < full {
+                    let bv = _mm512_loadu_ps(bj.add(c));
+                    for (v, ar) in v.iter_mut().zip(at) {
+                        let t = _mm512_mul_ps(_mm512_loadu_ps(ar.add(c)), bv);
+                        *v = _mm512_add_ps(*v, t);
                     }
-                    if tail != 0 {
-                        let t = _mm512_mul_ps(
-                            _mm512_maskz_loadu_ps(tail, ar.add(c)),
-                            _mm512_maskz_loadu_ps(tail, bj.add(c)),
-                        );
-                        acc = _mm512_add_ps(acc, t);
+                    c += LANES;
+                }
+                if tail != 0 {
+                    let bv = _mm512_maskz_loadu_ps(tail, bj.add(c));
+                    for (v, ar) in v.iter_mut().zip(at) {
+                        let t = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, ar.add(c)), bv);
+                        *v = _mm512_add_ps(*v, t);
                     }
-                    *v = acc;
                 }
                 _mm512_storeu_ps(sums.as_mut_ptr(), tree16(v));
                 for (r, &s) in sums.iter().enumerate().take(rows) {
@@ -511,41 +513,41 @@ mod x86 {
             let rows = (m - i0).min(8);
             for j in 0..n {
                 let bj = b.add(j * k);
-                let mut v = [_mm512_setzero_pd(); 8];
-                for (r, v) in v.iter_mut().enumerate().take(rows) {
-                    let ar = a.add((i0 + r) * k);
-                    let (mut lo, mut hi) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-                    let mut c = 0;
-                    while c < full {
-                        let t =
-                            _mm512_mul_pd(_mm512_loadu_pd(ar.add(c)), _mm512_loadu_pd(bj.add(c)));
-                        lo = _mm512_add_pd(lo, t);
-                        let t = _mm512_mul_pd(
-                            _mm512_loadu_pd(ar.add(c + 8)),
-                            _mm512_loadu_pd(bj.add(c + 8)),
-                        );
-                        hi = _mm512_add_pd(hi, t);
-                        c += LANES;
+                // as in the f32 form: the eight rows' sums advance together (in registers), a
+                // last group of fewer rows repeating its last row; lanes 0..8 and 8..16 of a
+                // row are its two vectors `lo` and `hi`
+                let at: [*const f64; 8] =
+                    std::array::from_fn(|r| a.add((i0 + r.min(rows - 1)) * k));
+                let mut lo = [_mm512_setzero_pd(); 8];
+                let mut hi = [_mm512_setzero_pd(); 8];
+                let mut c = 0;
+                while c < full {
+                    let (bl, bh) = (_mm512_loadu_pd(bj.add(c)), _mm512_loadu_pd(bj.add(c + 8)));
+                    for ((lo, hi), ar) in lo.iter_mut().zip(&mut hi).zip(at) {
+                        *lo = _mm512_add_pd(*lo, _mm512_mul_pd(_mm512_loadu_pd(ar.add(c)), bl));
+                        *hi = _mm512_add_pd(*hi, _mm512_mul_pd(_mm512_loadu_pd(ar.add(c + 8)), bh));
                     }
-                    if rest != 0 {
-                        let t = _mm512_mul_pd(
-                            _mm512_maskz_loadu_pd(tail_lo, ar.add(c)),
-                            _mm512_maskz_loadu_pd(tail_lo, bj.add(c)),
-                        );
-                        lo = _mm512_add_pd(lo, t);
-                        // lanes 8..16 only if the partial block reaches them (the pointer must
-                        // stay inside the row)
-                        if rest > 8 {
-                            let t = _mm512_mul_pd(
-                                _mm512_maskz_loadu_pd(tail_hi, ar.add(c + 8)),
-                                _mm512_maskz_loadu_pd(tail_hi, bj.add(c + 8)),
-                            );
-                            hi = _mm512_add_pd(hi, t);
+                    c += LANES;
+                }
+                if rest != 0 {
+                    let bl = _mm512_maskz_loadu_pd(tail_lo, bj.add(c));
+                    for (lo, ar) in lo.iter_mut().zip(at) {
+                        let t = _mm512_mul_pd(_mm512_maskz_loadu_pd(tail_lo, ar.add(c)), bl);
+                        *lo = _mm512_add_pd(*lo, t);
+                    }
+                    // lanes 8..16 only if the partial block reaches them (the pointer must
+                    // stay inside the row)
+                    if rest > 8 {
+                        let bh = _mm512_maskz_loadu_pd(tail_hi, bj.add(c + 8));
+                        for (hi, ar) in hi.iter_mut().zip(at) {
+                            let t =
+                                _mm512_mul_pd(_mm512_maskz_loadu_pd(tail_hi, ar.add(c + 8)), bh);
+                            *hi = _mm512_add_pd(*hi, t);
                         }
                     }
-                    // w = 8: lane_k += lane_{k+8}
-                    *v = _mm512_add_pd(lo, hi);
                 }
+                // w = 8: lane_k += lane_{k+8}
+                let v: [__m512d; 8] = std::array::from_fn(|r| _mm512_add_pd(lo[r], hi[r]));
                 _mm512_storeu_pd(sums.as_mut_ptr(), tree8(v));
                 for (r, &s) in sums.iter().enumerate().take(rows) {
                     out[(i0 + r) * n + j] = s;

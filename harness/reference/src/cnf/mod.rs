@@ -30,4 +30,4 @@ pub mod train;
 
 pub use config::{CnfConfig, Layout, Probe, TraceEstimator};
 pub use params::CnfParams;
-pub use taped::{BlockScratch, ScratchPool, TrainBlock};
+pub use taped::{ScratchPool, TrainBlock};

@@ -61,7 +61,7 @@ pub struct TrainBlock<A: Real = f64> {
 /// outside the gradient's stages, the transposed weights and the backward pass's scratch. Every
 /// element is written before it is read, so the values left by an earlier block (of any size)
 /// do not change a result.
-pub struct BlockScratch<A> {
+pub(crate) struct BlockScratch<A> {
     kept: Vec<Kept<A>>,
     scratch: Kept<A>,
     transposed: Transposed<A>,

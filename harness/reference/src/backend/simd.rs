@@ -2,11 +2,13 @@
 //!
 //! The workspace is built for the baseline of its target (on x86-64: SSE2), so that one binary
 //! runs everywhere. A kernel whose loop vectorises is a [`Kernel`] value handed to [`vectorised`];
-//! its `run` is compiled a second and third time inside functions that enable AVX2 or AVX-512,
-//! and the widest form the CPU supports runs. The kernels given to it do element-wise IEEE arithmetic
-//! and sums in a fixed order ([`crate::backend::lanes`]), never a fused multiply-add (Rust does
-//! not contract `a * b + c`), so the bits do not depend on the form that ran: every form is
-//! tested equal on the CPU at hand ([`Simd::available`] lists them).
+//! its `run` is compiled a second and third time inside functions that enable AVX2 or AVX-512
+//! (each with FMA), and the widest form the CPU supports runs. The kernels given to it do
+//! element-wise IEEE arithmetic and sums in a fixed order ([`crate::backend::lanes`]); Rust never
+//! contracts `a * b + c` into a fused multiply-add, and a fused one asked for by name
+//! (`mul_add`) is rounded once, correctly, in every form (an instruction in the wider ones, the
+//! C library's `fma` in the portable one), so the bits do not depend on the form that ran: every
+//! form is tested equal on the CPU at hand ([`Simd::available`] lists them).
 //!
 //! For the wider form to be generated, `run` must be inlined into those functions: implementations
 //! mark it `#[inline(always)]` (a closure would not do: its body is a function of its own, compiled
@@ -50,9 +52,9 @@ pub trait Kernel {
 pub enum Simd {
     /// The target's baseline (no run-time feature).
     Portable,
-    /// x86-64 AVX2.
+    /// x86-64 AVX2 and FMA.
     Avx2,
-    /// x86-64 AVX-512 F, DQ and VL.
+    /// x86-64 AVX-512 F, DQ and VL, and FMA.
     Avx512,
 }
 
@@ -62,12 +64,16 @@ impl Simd {
         match self {
             Simd::Portable => true,
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            Simd::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
             #[cfg(target_arch = "x86_64")]
             Simd::Avx512 => {
                 std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512dq")
                     && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("fma")
             }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
@@ -116,17 +122,17 @@ pub fn run_at<K: Kernel>(level: Simd, k: K) -> K::Output {
 }
 
 /// # Safety
-/// The CPU must support AVX-512 F, DQ and VL.
+/// The CPU must support AVX-512 F, DQ and VL, and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512dq,avx512vl")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,fma")]
 unsafe fn run_avx512<K: Kernel>(k: K) -> K::Output {
     k.run()
 }
 
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn run_avx2<K: Kernel>(k: K) -> K::Output {
     k.run()
 }

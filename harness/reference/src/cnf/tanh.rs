@@ -4,7 +4,10 @@
 //! (about 6 million calls per step of the benchmark configuration), and the C library's `tanh`
 //! (a call to `expm1` behind a call) was a third of the step's time. This version is plain
 //! arithmetic with no calls and no data-dependent branches, so the compiler can vectorise the
-//! loops around it; it uses no fused multiply-add, so its bits are the same on every x86-64.
+//! loops around it. Its multiply-adds are fused by name (`mul_add`), each rounded once,
+//! correctly, so its bits are the same on every CPU: one instruction in the AVX2 and AVX-512
+//! forms of [`crate::backend::vectorised`] and on AArch64, the C library's `fma` in the portable
+//! x86-64 form (correct there too, but a call per operation, several times slower).
 //! Over a slice, [`tanh_slice`] runs each step of the method over a block of [`BLOCK`] values
 //! before the next ([`tanh_lanes`], [`tanh_f32_lanes`]), so that several vectors are in flight
 //! at once; the one-value forms are the one-lane case of the same code, so the bits do not
@@ -12,15 +15,19 @@
 //!
 //! ```text
 //! tanh(x)  = sign(x) * m / (m + 2),   m = expm1(2|x|)         (2|x| clamped to 40: tanh = 1)
-//! expm1(y) = 2^k (e^r - 1) + (2^k - 1),  k = floor(y / ln 2),  r = y - k ln 2 (two-part ln 2)
-//! e^r - 1  = r + r^2/2! + ... + r^17/17!                      (0 <= r < ln 2, Estrin's scheme)
+//! expm1(y) = 2^k (e^r - 1) + (2^k - 1),  k = round(y / ln 2),  r = y - k ln 2 (two-part ln 2)
+//! e^r - 1  = r + r^2/2! + ... + r^13/13!                   (|r| <= ln 2 / 2, Estrin's scheme)
 //! ```
 //!
-//! Every sum is of non-negative terms, so there is no cancellation, and for `k = 0`
-//! (`y < ln 2`) `expm1` is the series alone: small arguments keep their relative accuracy.
-//! Guarantees: within 6 ulp of glibc's `tanh` over the whole line (tested on a dense sweep of
-//! 2 million points and a geometric sweep to subnormals; observed worst 4 ulp, near
-//! `|x| = 0.06`, from the rounding of `m` and `m + 2`), odd (`tanh(-x) = -tanh(x)` bit for bit, signed zeros kept),
+//! With `k` rounded to nearest, `|r| <= ln 2 / 2` and the first term left out, `r^14 / 14!`, is
+//! below `2^-56 |r|`; for `k = 0` (`y < ln 2 / 2`) `expm1` is the series alone, so small
+//! arguments keep their relative accuracy; for `k >= 1` the two terms of `m` can have opposite
+//! signs, but `2^k - 1` is exact and outweighs `2^k |e^r - 1| <= 2^k (1 - 2^-1/2)`, so the
+//! relative error of the first term grows by at most `0.586 / 0.414 = 1.42` in `m` (at `k = 1`).
+//! Guarantees: within 6 ulp of glibc's `tanh` over the whole line
+//! (tested on a dense sweep of 2 million points and a geometric sweep to subnormals; on 4 million
+//! points of `[-25, 25]`, 96.0% equal and a worst of 4 ulp, near `|x| = 0.24`, from the rounding
+//! of `m` and `m + 2`), odd (`tanh(-x) = -tanh(x)` bit for bit, signed zeros kept),
 //! `tanh(+-inf) = +-1`, NaN in gives NaN out.
 //!
 //! # References
@@ -43,7 +50,7 @@ const ROUND_MAGIC: f64 = 6_755_399_441_055_744.0;
 const CLAMP: f64 = 40.0;
 
 /// Coefficients of `(e^r - 1) / r = sum_i r^i / (i + 1)!`.
-const TERMS: usize = 17;
+const TERMS: usize = 13;
 /// `1 / (i + 1)!` for `i < TERMS`.
 const INV_FACT: [f64; TERMS] = {
     let mut a = [0.0; TERMS];
@@ -61,11 +68,12 @@ const INV_FACT: [f64; TERMS] = {
 ///
 /// Each operation of the method runs over all of them before the next, so one block of 64 is
 /// 8 (f64) or 4 (f32) independent AVX-512 vectors in flight, where the element-wise loop
-/// `h_i = tanh(x_i)` compiled by itself keeps about one: the method is a chain of some 40
+/// `h_i = tanh(x_i)` compiled by itself keeps about one: the method is a chain of some 30
 /// dependent operations, longer than the out-of-order window can overlap. On one core of the
-/// benchmark machine (Zen 4) the loop over one chunk of the CNF (`125 x 64` values) took
-/// 2.7 (f64) and 2.2 ns (f32) per value, and the blocks take 1.6-1.7 and 0.9 ns, with the same
-/// bits.
+/// benchmark machine (Zen 4), for the method as it was before its multiply-adds were fused (17
+/// terms in f64), the loop over one chunk of the CNF (`125 x 64` values) took 2.7 (f64) and
+/// 2.2 ns (f32) per value, and the blocks 1.6-1.7 and 0.9 ns, with the same bits; the fused
+/// method takes 1.34 (f64) and 0.40 ns (f32) in blocks.
 pub const BLOCK: usize = 64;
 
 /// `[f(0), .., f(N - 1)]`: one operation of the method over every lane, as a plain loop (which the
@@ -96,10 +104,9 @@ macro_rules! lanes {
 #[inline(always)]
 pub fn tanh_lanes<const N: usize>(x: [f64; N]) -> [f64; N] {
     let c = &INV_FACT;
-    // y = min(2|x|, CLAMP); expm1(y) with y = k ln 2 + r, k = floor(y / ln 2) in 0..=57, rounded by
-    // the magic constant and read off the rounded double's low bits (no float-to-int conversion,
-    // which SSE2 cannot vectorise); a tie may round up, leaving r a rounding error below 0, which
-    // the series handles
+    // y = min(2|x|, CLAMP) = k ln 2 + r with k = round(y / ln 2) in 0..=58, to nearest, so that
+    // |r| <= ln 2 / 2; rounded by the magic constant and read off the rounded double's low bits
+    // (no float-to-int conversion); y < ln 2 / 2 gives k = 0 and r = y, the series alone
     let y: [f64; N] = lanes!(N, |i| {
         let y = 2.0 * x[i].abs();
         if y > CLAMP {
@@ -108,31 +115,30 @@ pub fn tanh_lanes<const N: usize>(x: [f64; N]) -> [f64; N] {
             y
         }
     });
-    let t: [f64; N] = lanes!(N, |i| (y[i] * INV_LN2 - 0.5) + ROUND_MAGIC);
+    let t: [f64; N] = lanes!(N, |i| y[i] * INV_LN2 + ROUND_MAGIC);
     let kf: [f64; N] = lanes!(N, |i| t[i] - ROUND_MAGIC);
-    let r: [f64; N] = lanes!(N, |i| (y[i] - kf[i] * LN2_HI) - kf[i] * LN2_LO);
+    // r = (y - k LN2_HI) - k LN2_LO: the first product is exact
+    let r: [f64; N] = lanes!(N, |i| (-kf[i])
+        .mul_add(LN2_LO, (-kf[i]).mul_add(LN2_HI, y[i])));
     // 2^k from the bits of t
     let scale: [f64; N] = lanes!(N, |i| {
         let k = t[i].to_bits().wrapping_sub(ROUND_MAGIC.to_bits());
         f64::from_bits(k.wrapping_add(1023) << 52)
     });
-    // e^r - 1 = r q(r), q(r) = sum_{i<17} r^i / (i + 1)!, by Estrin's scheme (a shallow tree of
-    // independent multiply-adds instead of one long Horner chain); for 0 <= r < ln 2 the
-    // truncation is r^18 / 18! < 2^-62 r
+    // e^r - 1 = r q(r), q(r) = sum_{i<13} c_i r^i with c_i = 1 / (i + 1)!, by Estrin's scheme (a
+    // shallow tree of independent fused multiply-adds instead of one long Horner chain):
+    //   q = [(c0 + c1 r) + r^2 (c2 + c3 r)] + r^4 [(c4 + c5 r) + r^2 (c6 + c7 r)]
+    //     + r^8 {[(c8 + c9 r) + r^2 (c10 + c11 r)] + r^4 c12}
     let r2: [f64; N] = lanes!(N, |i| r[i] * r[i]);
     let r4: [f64; N] = lanes!(N, |i| r2[i] * r2[i]);
     let r8: [f64; N] = lanes!(N, |i| r4[i] * r4[i]);
-    let r16: [f64; N] = lanes!(N, |i| r8[i] * r8[i]);
-    let pair = |j: usize, i: usize| (c[j] + c[j + 1] * r[i]) + r2[i] * (c[j + 2] + c[j + 3] * r[i]);
-    let w0: [f64; N] = lanes!(N, |i| pair(0, i));
-    let w1: [f64; N] = lanes!(N, |i| pair(4, i));
-    let w2: [f64; N] = lanes!(N, |i| pair(8, i));
-    let w3: [f64; N] = lanes!(N, |i| pair(12, i));
-    let x0: [f64; N] = lanes!(N, |i| w0[i] + r4[i] * w1[i]);
-    let x1: [f64; N] = lanes!(N, |i| w2[i] + r4[i] * w3[i]);
-    let em1: [f64; N] = lanes!(N, |i| r[i] * ((x0[i] + r8[i] * x1[i]) + r16[i] * c[16]));
-    // m = expm1(y) = 2^k (e^r - 1) + (2^k - 1): two non-negative terms, 2^k - 1 exact
-    let m: [f64; N] = lanes!(N, |i| scale[i] * em1[i] + (scale[i] - 1.0));
+    let lin = |j: usize, i: usize| c[j + 1].mul_add(r[i], c[j]);
+    let quad = |j: usize, i: usize| r2[i].mul_add(lin(j + 2, i), lin(j, i));
+    let q0: [f64; N] = lanes!(N, |i| r4[i].mul_add(quad(4, i), quad(0, i)));
+    let q1: [f64; N] = lanes!(N, |i| r4[i].mul_add(c[12], quad(8, i)));
+    let q: [f64; N] = lanes!(N, |i| r8[i].mul_add(q1[i], q0[i]));
+    // m = expm1(y) = 2^k (e^r - 1) + (2^k - 1), 2^k - 1 exact
+    let m: [f64; N] = lanes!(N, |i| scale[i].mul_add(r[i] * q[i], scale[i] - 1.0));
     // tanh(x) = sign(x) m / (m + 2)
     lanes!(N, |i| (m[i] / (m[i] + 2.0)).copysign(x[i]))
 }
@@ -185,8 +191,7 @@ const INV_FACT_F32: [f32; TERMS_F32] = {
 pub fn tanh_f32_lanes<const N: usize>(x: [f32; N]) -> [f32; N] {
     let c = &INV_FACT_F32;
     // y = min(2|x|, 20) = k ln 2 + r with k = round(y / ln 2) in 0..=29, to nearest, so that
-    // |r| <= ln 2 / 2 (where the f64 form rounds down, 0 <= r < ln 2): a shorter series for the
-    // same accuracy; y < ln 2 / 2 gives k = 0 and r = y, the series alone
+    // |r| <= ln 2 / 2, as in the f64 form; y < ln 2 / 2 gives k = 0 and r = y, the series alone
     let y: [f32; N] = lanes!(N, |i| {
         let y = 2.0 * x[i].abs();
         if y > 20.0 {
@@ -197,27 +202,33 @@ pub fn tanh_f32_lanes<const N: usize>(x: [f32; N]) -> [f32; N] {
     });
     let t: [f32; N] = lanes!(N, |i| y[i] * std::f32::consts::LOG2_E + ROUND_MAGIC_F32);
     let kf: [f32; N] = lanes!(N, |i| t[i] - ROUND_MAGIC_F32);
-    let r: [f32; N] = lanes!(N, |i| (y[i] - kf[i] * LN2_HI_F32) - kf[i] * LN2_LO_F32);
+    let r: [f32; N] = lanes!(N, |i| {
+        (-kf[i]).mul_add(LN2_LO_F32, (-kf[i]).mul_add(LN2_HI_F32, y[i]))
+    });
     let scale: [f32; N] = lanes!(N, |i| {
         let k = t[i].to_bits().wrapping_sub(ROUND_MAGIC_F32.to_bits());
         f32::from_bits(k.wrapping_add(127) << 23)
     });
-    // e^r - 1 = r q(r), q(r) = sum_{i<7} r^i / (i + 1)!, by Estrin's scheme
+    // e^r - 1 = r q(r), q(r) = sum_{i<7} c_i r^i, by Estrin's scheme in fused multiply-adds:
+    //   q = [(c0 + c1 r) + r^2 (c2 + c3 r)] + r^4 [(c4 + c5 r) + r^2 c6]
     let r2: [f32; N] = lanes!(N, |i| r[i] * r[i]);
     let r4: [f32; N] = lanes!(N, |i| r2[i] * r2[i]);
-    let p = |j: usize, i: usize| c[j] + c[j + 1] * r[i];
+    let lin = |j: usize, i: usize| c[j + 1].mul_add(r[i], c[j]);
     let q: [f32; N] = lanes!(N, |i| {
-        (p(0, i) + r2[i] * p(2, i)) + r4[i] * (p(4, i) + r2[i] * c[6])
+        r4[i].mul_add(
+            r2[i].mul_add(c[6], lin(4, i)),
+            r2[i].mul_add(lin(2, i), lin(0, i)),
+        )
     });
     // m = expm1(y) = 2^k (e^r - 1) + (2^k - 1); tanh(x) = sign(x) m / (m + 2)
-    let m: [f32; N] = lanes!(N, |i| scale[i] * (r[i] * q[i]) + (scale[i] - 1.0));
+    let m: [f32; N] = lanes!(N, |i| scale[i].mul_add(r[i] * q[i], scale[i] - 1.0));
     lanes!(N, |i| (m[i] / (m[i] + 2.0)).copysign(x[i]))
 }
 
 /// `tanh(x)` in f32 arithmetic throughout, by the same method as [`tanh`] (`m / (m + 2)` with
-/// `m = expm1(2|x|)`, `2|x|` clamped to 20 where `tanh` rounds to 1 in f32), but with `k`
-/// rounded to nearest, so `|r| <= ln 2 / 2`, and a 7-term series: twice the lanes of the f64
-/// form per vector and less than half its terms, for the f32 training path. Guarantees: within
+/// `m = expm1(2|x|)`, `2|x|` clamped to 20 where `tanh` rounds to 1 in f32, `k` rounded to
+/// nearest), with a 7-term series: twice the lanes of the f64 form per vector and about half its
+/// terms, for the f32 training path. Guarantees: within
 /// 4 ulp (f32) of the f64 [`tanh`] rounded to f32 on a dense sweep of `[-12, 12]` (measured on
 /// 4 million points: 94.1% equal, 5.8% 1 ulp apart, 2 points at 4 ulp, near `|x| = 0.06`, from
 /// the rounding of `m` and `m + 2`), odd bit for bit,

@@ -177,17 +177,43 @@ pub fn gemm_tiles_pooled<A: Real>(
     lhs: Operand<'_, A>,
     rhs: Operand<'_, A>,
 ) {
-    if !gemm_checked(m, n, k, dst, 0, dst_rs, &lhs, &rhs) {
-        return;
-    }
+    gemm_tiles_then(pool, tiles, m, n, k, dst, dst_rs, lhs, rhs, &|_, _| {});
+}
+
+/// [`gemm_tiles_pooled`], each tile followed on its thread by `then(tile, dst)` (`dst` the
+/// destination's address), while the tile is in that thread's cache. `then` may touch the
+/// tile's elements of the destination and elements no tile covers, as long as no two calls
+/// touch the same ones and none reads what another writes; it may read the operands.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_tiles_then<A: Real>(
+    pool: &mut Pool,
+    tiles: &[Tile],
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [A],
+    dst_rs: usize,
+    lhs: Operand<'_, A>,
+    rhs: Operand<'_, A>,
+    then: &(dyn Fn(&Tile, PartsPtr<A>) + Sync),
+) {
     for t in tiles {
         assert!(
             t.r0 <= t.r1 && t.r1 <= m && t.c0 <= t.c1 && t.c1 <= n,
             "gemm_tiles_pooled: tile {t:?} outside {m} x {n}"
         );
     }
-    let threads = pool.threads();
+    let computed = gemm_checked(m, n, k, dst, 0, dst_rs, &lhs, &rhs);
     let d = PartsPtr::new(dst.as_mut_ptr());
+    let nonempty = |t: &&Tile| t.r1 > t.r0 && t.c1 > t.c0;
+    if !computed {
+        // an empty output, or a depth of 0 (the output zero-filled): the tiles are final
+        if m > 0 && n > 0 {
+            tiles.iter().filter(nonempty).for_each(|t| then(t, d));
+        }
+        return;
+    }
+    let threads = pool.threads();
     let l = PartsPtr::of_read_only(lhs.data.as_ptr().wrapping_add(lhs.offset));
     let r = PartsPtr::of_read_only(rhs.data.as_ptr().wrapping_add(rhs.offset));
     // tiles are claimed in list order from a shared counter: a thread slowed down (by another
@@ -196,7 +222,7 @@ pub fn gemm_tiles_pooled<A: Real>(
     let part = |_: usize| loop {
         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Some(t) = tiles.get(i) else { break };
-        if t.r1 == t.r0 || t.c1 == t.c0 {
+        if !nonempty(&t) {
             continue;
         }
         // SAFETY: `gemm_checked` asserted the whole `m x n` product in bounds and every tile
@@ -218,6 +244,7 @@ pub fn gemm_tiles_pooled<A: Real>(
                 gemm::Parallelism::None,
             )
         }
+        then(t, d);
     };
     if threads == 1 || tiles.len() < 2 {
         part(0);

@@ -16,13 +16,14 @@
 //! both are exactly symmetric; `X^T` is materialised once per iteration so that every product
 //! reads row-major operands (gemm 0.15 packs a transposed right operand more slowly). The
 //! transposes, mirrors and element-wise steps between the products are fused into three
-//! blocked passes per iteration ([`super::ns_passes`]). After its
+//! blocked passes per iteration ([`super::ns_passes`]); the two that complete the symmetric
+//! products run tile by tile, each on the thread that computed the tile, right after it. After its
 //! first call it allocates nothing of its own: the buffers and the tile list are sized once, and
 //! the products run on the plan's own parked threads ([`crate::pool::Pool`], started once; one
 //! thread for products below [`GEMM_PARALLEL_MIN`]) as single-threaded gemm calls — only gemm's
 //! own per-call scratch (a few bytes, freed by the call) remains — whole tiles claimed in list
 //! order from a counter for the symmetric products ([`crate::backend::gemm_tiles_pooled`]; the
-//! passes' blocks are dealt round-robin), row blocks for `B X`
+//! transpose pass's blocks are dealt round-robin), row blocks for `B X`
 //! ([`crate::backend::gemm_into_pooled`]). Neither split changes any element's reduction
 //! order, so results are bit-identical for every thread count. Both forms return the number of
 //! iterations run, the observable behind the "`(k,3)` runs `k` iterations" law.
@@ -36,9 +37,9 @@
 
 use super::{coeffs, ns_passes};
 use crate::backend::{
-    device, gemm_into_pooled, gemm_tiles_pooled, Array, Mat, Operand, Real, Tile, GEMM_PARALLEL_MIN,
+    device, gemm_into_pooled, gemm_tiles_then, Array, Mat, Operand, Real, Tile, GEMM_PARALLEL_MIN,
 };
-use crate::pool::Pool;
+use crate::pool::{PartsPtr, Pool};
 
 /// Split `[rows, cols]` into `(small side m, large side n, transposed)`.
 pub fn sides(rows: usize, cols: usize) -> (usize, usize, bool) {
@@ -306,7 +307,9 @@ impl<A: Real> NsPlan<A> {
                 m,
                 n,
             );
-            // A = X X^T (upper triangle), mirrored; cA
+            // A = X X^T (upper triangle), each tile mirrored and scaled into cA by the thread
+            // that computed it, while it is in that thread's cache
+            let ca = PartsPtr::new(self.ca.as_mut_ptr());
             sym_product(
                 &mut self.pool,
                 &self.tiles,
@@ -315,19 +318,25 @@ impl<A: Real> NsPlan<A> {
                 &self.xt,
                 m,
                 n,
+                // SAFETY: tiles and their mirror images are disjoint (the tiles cover the upper
+                // triangle once), so each call alone touches its tile's elements of A and CA
+                // and their mirror images
+                &|t, a| unsafe { ns_passes::mirror_scale_tile(a, ca, c, m, t) },
             );
-            ns_passes::mirror_scale(&mut self.pool, &mut self.a, &mut self.ca, c, m);
-            // B = b A + (c A) A, with (c A) A = (c A) A^T: A is its own transpose
+            // B = b A + (c A) A, with (c A) A = (c A) A^T: A is its own transpose; each tile
+            // combined with b A and mirrored likewise
+            let am = &self.a[..];
             sym_product(
                 &mut self.pool,
                 &self.tiles,
                 &mut self.b,
                 &self.ca,
-                &self.a,
+                am,
                 m,
                 m,
+                // SAFETY: as above, for B; A is only read
+                &|t, bm| unsafe { ns_passes::mirror_combine_tile(bm, am, b, m, t) },
             );
-            ns_passes::mirror_combine(&mut self.pool, &mut self.b, &self.a, b, m);
             // Y = B X; X <- a X + Y on the next pass
             gemm_into_pooled(
                 &mut self.pool,
@@ -370,8 +379,8 @@ impl<A: Real> NsPlan<A> {
 
 /// `dst (m x m) = L R^T` for row-major `L` (`m x k`), given `rt = R^T` row-major (`k x m`), when
 /// the product is known to be symmetric (`X X^T`, or `(cA) A` with `A` symmetric): only the
-/// upper-triangle `tiles` are computed; the next pass ([`ns_passes`]) mirrors them, so the
-/// result is exactly symmetric.
+/// upper-triangle `tiles` are computed, each followed on its thread by `then` (which mirrors
+/// it: [`ns_passes`]), so the result is exactly symmetric.
 #[allow(clippy::too_many_arguments)]
 fn sym_product<A: Real>(
     pool: &mut Pool,
@@ -381,8 +390,9 @@ fn sym_product<A: Real>(
     rt: &[A],
     m: usize,
     k: usize,
+    then: &(dyn Fn(&Tile, PartsPtr<A>) + Sync),
 ) {
-    gemm_tiles_pooled(
+    gemm_tiles_then(
         pool,
         tiles,
         m,
@@ -402,6 +412,7 @@ fn sym_product<A: Real>(
             rs: m,
             cs: 1,
         },
+        then,
     );
 }
 

@@ -15,8 +15,10 @@
 //!
 //! One concern a file: [`dtype`] (element types), [`array`](mod@array) (owned leaves), [`dfdx_ops`] (dfdx
 //! tensor maths and the tape), [`gemm`] (the GEMM kernel and its tiles), [`lanes`] (the order of
-//! summation of long reductions), [`simd`] (loops compiled for the CPU's widest vectors).
+//! summation of long reductions), [`simd`] (loops compiled for the CPU's widest vectors),
+//! [`aligned`] (buffers that start on a cache line).
 
+pub mod aligned;
 pub mod array;
 pub mod dfdx_ops;
 pub mod dtype;
@@ -24,6 +26,7 @@ pub mod gemm;
 pub mod lanes;
 pub mod simd;
 
+pub use aligned::*;
 pub use array::*;
 pub use dfdx_ops::*;
 pub use dtype::*;

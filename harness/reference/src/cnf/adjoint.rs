@@ -41,14 +41,14 @@
 
 use super::config::Layout;
 use super::field::Kept;
-use crate::backend::{gemm_into, vectorised, Kernel, Operand, Real};
+use crate::backend::{gemm_into, vectorised, AlignedVec, Kernel, Operand, Real};
 
 /// Scratch buffers of the backward pass, in the arithmetic type `A` (f32 or f64).
 #[derive(Default)]
 pub struct BackScratch<A = f64> {
-    ubar: Vec<A>,
-    hbar: Vec<A>,
-    w1bar: Vec<A>,
+    ubar: AlignedVec<A>,
+    hbar: AlignedVec<A>,
+    w1bar: AlignedVec<A>,
     acc: Vec<A>,
 }
 
@@ -56,14 +56,11 @@ pub struct BackScratch<A = f64> {
 impl<A: Real> BackScratch<A> {
     /// Every element of every buffer set to NaN (a stale read then shows in the results).
     pub(super) fn poison(&mut self) {
-        for v in [
-            &mut self.ubar,
-            &mut self.hbar,
-            &mut self.w1bar,
-            &mut self.acc,
-        ] {
-            v.fill(A::of_f64(f64::NAN));
+        let nan = A::of_f64(f64::NAN);
+        for v in [&mut self.ubar, &mut self.hbar, &mut self.w1bar] {
+            v.fill(nan);
         }
+        self.acc.fill(nan);
     }
 }
 

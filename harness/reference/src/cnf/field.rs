@@ -52,7 +52,7 @@
 
 use super::config::{LayerLayout, Layout};
 use super::tanh::tanh_slice;
-use crate::backend::{gemm_into, lane_dot_rows, vectorised, Kernel, Operand, Real};
+use crate::backend::{gemm_into, lane_dot_rows, vectorised, AlignedVec, Kernel, Operand, Real};
 use crate::ode::VectorField;
 use std::cell::RefCell;
 
@@ -113,8 +113,8 @@ impl<'a, A: Real> BlockField<'a, A> {
 /// Reused between calls.
 pub struct Kept<A> {
     pub(super) t: A,
-    pub(super) h: Vec<Vec<A>>,
-    pub(super) p: Vec<Vec<A>>,
+    pub(super) h: Vec<AlignedVec<A>>,
+    pub(super) p: Vec<AlignedVec<A>>,
     pub(super) sbc: Vec<Sbc<A>>,
 }
 
@@ -165,7 +165,7 @@ impl<A: Real> Transposed<A> {
 pub struct Transposed<A> {
     /// The weights `w1t` was made from.
     from: Vec<A>,
-    w1t: Vec<A>,
+    w1t: AlignedVec<A>,
 }
 
 impl<A: Real> Transposed<A> {
@@ -205,9 +205,9 @@ impl<A: Real> Transposed<A> {
 /// One layer's per-unit vectors `s = sigmoid(w2 t + b2)`, `b1` and `c = w3 t`, stored as
 /// `[s; b1; c]`.
 #[derive(Default)]
-pub struct Sbc<A>(Vec<A>);
+pub struct Sbc<A>(AlignedVec<A>);
 
-impl<A> Sbc<A> {
+impl<A: Real> Sbc<A> {
     pub(super) fn split3(&self, w: usize) -> (&[A], &[A], &[A]) {
         let (s, rest) = self.0[..3 * w].split_at(w);
         let (b, c) = rest.split_at(w);
@@ -318,8 +318,8 @@ fn forward_body<A: Real>(
     let rows = (1 + k) * n;
     let nl = layout.layers.len();
     kept.t = t;
-    kept.h.resize_with(nl, Vec::new);
-    kept.p.resize_with(nl, Vec::new);
+    kept.h.resize_with(nl, AlignedVec::default);
+    kept.p.resize_with(nl, AlignedVec::default);
     kept.sbc.resize_with(nl, Sbc::default);
     // H_0 = [y; e_1 ..; e_d] or [y; eps]
     let h0 = &mut kept.h[0];

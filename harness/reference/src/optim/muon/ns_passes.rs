@@ -1,7 +1,7 @@
 //! The element-wise and transposing passes between the products of a planned Newton–Schulz
 //! iteration ([`super::NsPlan`]), walked in square blocks and shared across the plan's threads.
 //!
-//! Three passes per iteration, each one sweep over its matrices:
+//! Three passes per iteration:
 //!
 //! ```text
 //! update_transpose:  X <- a X + Y (skipped on the first iteration);  XT <- X^T
@@ -9,12 +9,14 @@
 //! mirror_combine:    B[i,j] <- b A[i,j] + B[i,j] (i <= j);          B[j,i] <- B[i,j]
 //! ```
 //!
-//! The last two also come tile by tile (`mirror_scale_tile`, `mirror_combine_tile`): the plan
-//! runs them on the thread that has just computed a tile of the symmetric product, while the
-//! tile is in that thread's cache, instead of as a sweep after the product. At `1024^2` in f32
-//! on two cores that took the plan from 166-188 to 168-180 ms (`bench muon`, the two builds
-//! alternated five times); the sweeps were where the host's slow phases hit hardest (on two
-//! threads they then ran no faster than on one).
+//! The first is one sweep over `X`, its strips shared across the plan's threads. The last two
+//! complete the symmetric products, and the plan runs them tile by tile (`mirror_scale_tile`,
+//! `mirror_combine_tile`) on the thread that has just computed a tile of the product, while the
+//! tile is in that thread's cache; [`mirror_scale`] and [`mirror_combine`] are the same passes
+//! over the whole matrix, on the calling thread. As sweeps over the whole matrix after each
+//! product, shared across two cores, they had been where the host's slow phases hit hardest (on
+//! two threads they then ran no faster than on one); tile by tile, `1024^2` in f32 went from
+//! 166-188 to 168-180 ms (`bench muon`, the two builds alternated five times).
 //!
 //! A row-major transpose written element by element reads (or writes) one element per cache
 //! line, and at the usual power-of-two strides (4 KiB for a 1024-wide f32 matrix) all those
@@ -23,9 +25,10 @@
 //! into a small buffer and written back as whole row segments of the other side, so each cache
 //! line is touched once (0.45 ms on one thread).
 //!
-//! Each element is computed by the same expression whichever block or thread reaches it (the
-//! mirrored one is a copy, and `A[i,j] == A[j,i]` exactly, so `c A` is symmetric too), so the
-//! results are bit-identical for every thread count and to the plain loops they replace.
+//! Each element is computed by the same expression whichever block, tile or thread reaches it
+//! (the mirrored one is a copy, and `A[i,j] == A[j,i]` exactly, so `c A` is symmetric too), so
+//! the results are bit-identical for every thread count and tiling, and to the plain loops they
+//! replace.
 //!
 //! # References
 //! - `docs/ALGORITHMS.md` §3 (the iteration); the cache-set argument is the usual one for
@@ -134,17 +137,6 @@ pub fn update<A: Real>(pool: &mut Pool, x: &mut [A], y: &[A], a: A, n: usize) {
     dealt(pool, len.div_ceil(step), &strip);
 }
 
-/// The block pairs `(bi, bj)`, `bi <= bj`, of an `m x m` matrix in [`BLOCK`]s, numbered row by
-/// row: pair `p` of `t` blocks per side.
-fn upper_pair(mut p: usize, t: usize) -> (usize, usize) {
-    let mut bi = 0;
-    while p >= t - bi {
-        p -= t - bi;
-        bi += 1;
-    }
-    (bi, bi + p)
-}
-
 /// Complete the part of a symmetric `m x m` matrix (at `sv`) whose upper triangle is computed
 /// that lies in the block of `rows x cols` (at most [`BLOCK`] each) at `(r0, c0)`: a diagonal
 /// block (`r0 == c0`, square) or one wholly above the diagonal (`r0 + rows <= c0`), together
@@ -198,31 +190,13 @@ unsafe fn complete_block<A: Real>(
     }
 }
 
-/// Complete a symmetric `m x m` matrix `s` whose upper triangle is computed, block pair by
-/// block pair (claimed by the pool's parts; see [`complete_block`] for `row` and `emit`).
-fn complete_symmetric<A: Real>(
-    pool: &mut Pool,
-    s: &mut [A],
-    m: usize,
-    row: impl Fn(usize, usize, &mut [A]) + Sync,
-    emit: impl Fn(usize, usize, &[A]) + Sync,
-) {
-    let t = m.div_ceil(BLOCK);
-    let sv = PartsPtr::new(s.as_mut_ptr());
-    let pair = |p: usize| {
-        let (bi, bj) = upper_pair(p, t);
-        let (r0, c0) = (bi * BLOCK, bj * BLOCK);
-        let (rows, cols) = (BLOCK.min(m - r0), BLOCK.min(m - c0));
-        // SAFETY: the pair's blocks (bi, bj) and (bj, bi) belong to this part alone.
-        unsafe { complete_block(sv, m, (r0, c0, rows, cols), &row, &emit) };
-    };
-    dealt(pool, t * (t + 1) / 2, &pair);
-}
-
-/// [`complete_symmetric`] over one tile of the upper triangle only (a square on the diagonal or
-/// a rectangle above it, as [`super::newton_schulz::symmetric_tiles`] makes them), in blocks of
-/// at most [`BLOCK`] from the tile's corner, on the calling thread: the same values as the
-/// whole-matrix pass, for the thread that has just computed the tile, while it is in its cache.
+/// Complete the part of a symmetric matrix whose upper triangle is computed that lies in one
+/// tile of that triangle (a square on the diagonal or a rectangle above it, as
+/// [`super::newton_schulz::symmetric_tiles`] makes them; the whole matrix is the square tile
+/// `0..m`), with its mirror image, in blocks of at most [`BLOCK`] from the tile's corner
+/// ([`complete_block`]), on the calling thread. A block's values do not depend on the tiling, so
+/// the plan's threads can each complete a tile they have just computed, while it is in their
+/// cache, with the values of one sweep over the whole matrix.
 ///
 /// # Safety
 /// The tile lies on or above the diagonal of the matrix at `sv`, and no other thread touches
@@ -274,13 +248,17 @@ fn combine_with<A: Real>(a: &[A], b: A, m: usize) -> impl Fn(usize, usize, &mut 
 /// use harness_reference::optim::muon::ns_passes::mirror_scale;
 /// let mut a = vec![1.0f32, 2.0, f32::NAN, 3.0]; // the lower triangle is not read
 /// let mut ca = vec![0.0; 4];
-/// mirror_scale(&mut harness_reference::pool::Pool::new(1), &mut a, &mut ca, 2.0, 2);
+/// mirror_scale(&mut a, &mut ca, 2.0, 2);
 /// assert_eq!((a, ca), (vec![1.0, 2.0, 2.0, 3.0], vec![2.0, 4.0, 4.0, 6.0]));
 /// ```
-pub fn mirror_scale<A: Real>(pool: &mut Pool, a: &mut [A], ca: &mut [A], c: A, m: usize) {
+pub fn mirror_scale<A: Real>(a: &mut [A], ca: &mut [A], c: A, m: usize) {
     assert!(a.len() == m * m && ca.len() == m * m, "mirror_scale: sizes");
-    let emit = scale_into(PartsPtr::new(ca.as_mut_ptr()), c, m);
-    complete_symmetric(pool, a, m, |_, _, _| {}, emit);
+    let (av, cv) = (
+        PartsPtr::new(a.as_mut_ptr()),
+        PartsPtr::new(ca.as_mut_ptr()),
+    );
+    // SAFETY: both hold m x m elements, borrowed mutably here for the whole call
+    unsafe { mirror_scale_tile(av, cv, c, m, &whole(m)) };
 }
 
 /// [`mirror_scale`] over one tile of the upper triangle of `A` (at `a`) and its mirror image,
@@ -306,15 +284,23 @@ pub(crate) unsafe fn mirror_scale_tile<A: Real>(
 /// use harness_reference::optim::muon::ns_passes::mirror_combine;
 /// let a = [1.0f64, 2.0, 2.0, 3.0];
 /// let mut b = vec![10.0, 20.0, f64::NAN, 30.0]; // the lower triangle is not read
-/// mirror_combine(&mut harness_reference::pool::Pool::new(1), &mut b, &a, 2.0, 2);
+/// mirror_combine(&mut b, &a, 2.0, 2);
 /// assert_eq!(b, [12.0, 24.0, 24.0, 36.0]);
 /// ```
-pub fn mirror_combine<A: Real>(pool: &mut Pool, bm: &mut [A], a: &[A], b: A, m: usize) {
-    assert!(
-        bm.len() == m * m && a.len() == m * m,
-        "mirror_combine: sizes"
-    );
-    complete_symmetric(pool, bm, m, combine_with(a, b, m), |_, _, _| {});
+pub fn mirror_combine<A: Real>(bm: &mut [A], a: &[A], b: A, m: usize) {
+    assert_eq!(bm.len(), m * m, "mirror_combine: B's size");
+    // SAFETY: B holds m x m elements, borrowed mutably here for the whole call
+    unsafe { mirror_combine_tile(PartsPtr::new(bm.as_mut_ptr()), a, b, m, &whole(m)) };
+}
+
+/// The whole `m x m` matrix as one diagonal tile.
+fn whole(m: usize) -> Tile {
+    Tile {
+        r0: 0,
+        r1: m,
+        c0: 0,
+        c1: m,
+    }
 }
 
 /// [`mirror_combine`] over one tile of the upper triangle of `B` (at `bm`) and its mirror
@@ -371,11 +357,10 @@ mod tests {
                     }
                 }
                 let braw = data(m * m, 4);
-                let mut pool = Pool::new(1);
                 let (mut want_a, mut want_ca) = (a_in.clone(), vec![0.0; m * m]);
-                mirror_scale(&mut pool, &mut want_a, &mut want_ca, c, m);
+                mirror_scale(&mut want_a, &mut want_ca, c, m);
                 let mut want_b = braw.clone();
-                mirror_combine(&mut pool, &mut want_b, &sym, b, m);
+                mirror_combine(&mut want_b, &sym, b, m);
                 let (mut a, mut ca, mut bm) = (a_in.clone(), vec![f32::NAN; m * m], braw.clone());
                 // tiles in reverse order: a tile's pass must not depend on the others'
                 for t in symmetric_tiles(m, leaf).iter().rev() {
@@ -397,15 +382,7 @@ mod tests {
     }
 
     #[test]
-    fn upper_pair_numbers_every_pair_once_row_by_row() {
-        let t = 5;
-        let pairs: Vec<_> = (0..t * (t + 1) / 2).map(|p| upper_pair(p, t)).collect();
-        let want: Vec<_> = (0..t).flat_map(|i| (i..t).map(move |j| (i, j))).collect();
-        assert_eq!(pairs, want);
-    }
-
-    #[test]
-    fn passes_equal_the_plain_loops_bit_for_bit_on_any_thread_count() {
+    fn passes_equal_the_plain_loops_bit_for_bit_the_shared_ones_on_any_thread_count() {
         // sizes below, at and across block edges, and a non-square X
         for (m, n) in [(1, 1), (5, 3), (32, 32), (33, 70), (70, 33), (100, 100)] {
             let (a, b, c) = (3.4445f32, -4.775f32, 2.0315f32);
@@ -453,14 +430,14 @@ mod tests {
                 let mut x2 = x0.clone();
                 update(&mut pool, &mut x2, &y, a, n);
                 assert_eq!(bits(&x2), bits(&want_x), "{m}x{n} update");
-                let (mut am, mut ca) = (a_in.clone(), vec![0.0; m * m]);
-                mirror_scale(&mut pool, &mut am, &mut ca, c, m);
-                assert_eq!(bits(&am), bits(&sym), "{m} mirrored A");
-                assert_eq!(bits(&ca), bits(&want_ca), "{m} cA");
-                let mut bm = braw.clone();
-                mirror_combine(&mut pool, &mut bm, &sym, b, m);
-                assert_eq!(bits(&bm), bits(&want_b), "{m} B");
             }
+            let (mut am, mut ca) = (a_in.clone(), vec![0.0; m * m]);
+            mirror_scale(&mut am, &mut ca, c, m);
+            assert_eq!(bits(&am), bits(&sym), "{m} mirrored A");
+            assert_eq!(bits(&ca), bits(&want_ca), "{m} cA");
+            let mut bm = braw.clone();
+            mirror_combine(&mut bm, &sym, b, m);
+            assert_eq!(bits(&bm), bits(&want_b), "{m} B");
         }
     }
 }

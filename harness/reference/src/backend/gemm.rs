@@ -165,27 +165,13 @@ pub struct Tile {
 /// single-threaded `gemm::gemm` call: a tile's
 /// result does not depend on which thread computes it, so the output is bit-identical for
 /// every thread count. Tiles must not overlap.
+///
+/// Each tile is followed on its thread by `then(tile, dst)` (`dst` the destination's address),
+/// while the tile is in that thread's cache. `then` may touch the tile's elements of the
+/// destination and elements no tile covers, as long as no two calls touch the same ones and
+/// none reads what another writes; it may read the operands.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_tiles_pooled<A: Real>(
-    pool: &mut Pool,
-    tiles: &[Tile],
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: &mut [A],
-    dst_rs: usize,
-    lhs: Operand<'_, A>,
-    rhs: Operand<'_, A>,
-) {
-    gemm_tiles_then(pool, tiles, m, n, k, dst, dst_rs, lhs, rhs, &|_, _| {});
-}
-
-/// [`gemm_tiles_pooled`], each tile followed on its thread by `then(tile, dst)` (`dst` the
-/// destination's address), while the tile is in that thread's cache. `then` may touch the
-/// tile's elements of the destination and elements no tile covers, as long as no two calls
-/// touch the same ones and none reads what another writes; it may read the operands.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm_tiles_then<A: Real>(
+pub(crate) fn gemm_tiles_pooled<A: Real>(
     pool: &mut Pool,
     tiles: &[Tile],
     m: usize,

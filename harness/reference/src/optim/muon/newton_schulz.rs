@@ -22,7 +22,7 @@
 //! the products run on the plan's own parked threads ([`crate::pool::Pool`], started once; one
 //! thread for products below [`GEMM_PARALLEL_MIN`]) as single-threaded gemm calls — only gemm's
 //! own per-call scratch (a few bytes, freed by the call) remains — whole tiles claimed in list
-//! order from a counter for the symmetric products ([`crate::backend::gemm_tiles_pooled`]; the
+//! order from a counter for the symmetric products (`backend::gemm_tiles_pooled`; the
 //! transpose pass's blocks are dealt round-robin), row blocks for `B X`
 //! ([`crate::backend::gemm_into_pooled`]). Neither split changes any element's reduction
 //! order, so results are bit-identical for every thread count. Both forms return the number of
@@ -37,7 +37,7 @@
 
 use super::{coeffs, ns_passes};
 use crate::backend::{
-    device, gemm_into_pooled, gemm_tiles_then, Array, Mat, Operand, Real, Tile, GEMM_PARALLEL_MIN,
+    device, gemm_into_pooled, gemm_tiles_pooled, Array, Mat, Operand, Real, Tile, GEMM_PARALLEL_MIN,
 };
 use crate::pool::{PartsPtr, Pool};
 
@@ -392,7 +392,7 @@ fn sym_product<A: Real>(
     k: usize,
     then: &(dyn Fn(&Tile, PartsPtr<A>) + Sync),
 ) {
-    gemm_tiles_then(
+    gemm_tiles_pooled(
         pool,
         tiles,
         m,

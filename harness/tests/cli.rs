@@ -291,6 +291,27 @@ fn hostile_golden_inputs_are_refused_or_read_once() {
         "{text}"
     );
     assert!(text.contains("\\u{1b}[2J\\nFAKE ROW"), "{text}");
+    // a name too long to pad with a format width (above 65535) is cut in the table, whole in
+    // the JSON results
+    let long_name = "n".repeat(70_000);
+    let long = case.replacen("\"adam-default-f32\"", &format!("\"{long_name}\""), 1);
+    std::fs::write(d.join("long.json"), long).unwrap();
+    let out = harness()
+        .current_dir(&d)
+        .args(["golden", "long.json", "--json", "long-results.json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("(69760 more characters)"), "{text}");
+    assert!(text.lines().all(|l| l.chars().count() < 400), "{text}");
+    let results = std::fs::read_to_string(d.join("long-results.json")).unwrap();
+    assert!(results.contains(&long_name));
     let muon = std::fs::read_to_string(fixture("fixtures/golden/muon-default-f64.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&muon).unwrap();
     let mut v = v;

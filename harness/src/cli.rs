@@ -1362,6 +1362,9 @@ fn upstream_diff(a: DiffArgs) -> Outcome {
     use crate::upstream::worker::{Worker, WorkerCommand};
     use crate::upstream::{profile, Locations, Profile};
     use std::time::Duration;
+    if a.cases == 0 {
+        return Err(Usage("--cases 0: must be at least 1 case per kind".into()));
+    }
     let loc = Locations::new(a.dirs.upstream_dir, a.dirs.venvs);
     let prof = Profile::resolve(&a.profile, &loc).map_err(Usage)?;
     let kinds = if a.kinds.is_empty() {
@@ -1479,6 +1482,13 @@ fn upstream_diff(a: DiffArgs) -> Outcome {
         report.library_error_count,
         report.seconds
     );
+    let uncompared = report.uncompared_kinds();
+    if !uncompared.is_empty() {
+        println!(
+            "nothing compared for {}: the library rejected every case",
+            uncompared.join(", ")
+        );
+    }
     save(a.json, &report)?;
-    Ok(explained == report.mismatches.len())
+    Ok(report.passed())
 }

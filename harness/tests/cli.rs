@@ -120,6 +120,7 @@ fn zero_steps_zero_cases_and_unreadable_variables_are_usage_errors() {
         &[("PROPTEST_CASES", "0")],
         "0 cases",
     );
+    refused(&d, &["upstream", "diff", "--cases", "0"], &[], "--cases 0");
     refused(
         &d,
         &["check", "--law", "radam"],

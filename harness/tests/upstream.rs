@@ -1141,9 +1141,29 @@ mod diff {
         let case = harness::golden::load(std::path::Path::new(file)).unwrap();
         assert_eq!(case.kind, "optimizer");
         assert!(!harness::golden::replay(&case).unwrap().passed);
+        assert!(!report.passed());
         let mut ok = Worker::spawn(&fake(&[("RESULT", &worker_result(false))])).unwrap();
         let report = diff::run(&mut ok, &opts, &mut |_| {}).unwrap();
         assert!(report.mismatches.is_empty());
+        assert!(report.passed());
+    }
+
+    #[test]
+    fn a_run_in_which_the_library_rejected_every_case_fails_having_compared_nothing() {
+        let opts = DiffOptions {
+            cases: 2,
+            kinds: vec![DiffKind::Radam],
+            seed: 1,
+            out_dir: scratch("diff-rejected"),
+            timeout: 10 * SECOND,
+            max_shrink: 5,
+        };
+        let mut w = Worker::spawn(&fake(&[("FAIL", "TypeError")])).unwrap();
+        let report = diff::run(&mut w, &opts, &mut |_| {}).unwrap();
+        assert!(report.mismatches.is_empty());
+        assert_eq!(report.library_error_count, 2);
+        assert_eq!(report.uncompared_kinds(), ["radam"]);
+        assert!(!report.passed());
     }
 
     #[test]

@@ -726,6 +726,37 @@ pub struct DiffReport {
     pub seconds: f64,
 }
 
+impl DiffReport {
+    /// The kinds of which the library rejected every case: nothing of theirs was compared.
+    ///
+    /// ```
+    /// use harness::upstream::diff::DiffReport;
+    /// let report = DiffReport {
+    ///     cases: 4,
+    ///     per_kind: vec![("adam".into(), 2, 0), ("linesearch".into(), 2, 2)],
+    ///     mismatches: vec![],
+    ///     library_errors: vec![],
+    ///     library_error_count: 2,
+    ///     seconds: 0.1,
+    /// };
+    /// assert_eq!(report.uncompared_kinds(), ["linesearch"]);
+    /// assert!(!report.passed());
+    /// ```
+    pub fn uncompared_kinds(&self) -> Vec<&str> {
+        self.per_kind
+            .iter()
+            .filter(|(_, cases, rejected)| rejected >= cases)
+            .map(|(kind, ..)| kind.as_str())
+            .collect()
+    }
+
+    /// Whether the run passes: every mismatch explained ([`Mismatch::explained`]) and every
+    /// kind compared on at least one case (a run that compared nothing proves nothing).
+    pub fn passed(&self) -> bool {
+        self.mismatches.iter().all(|m| m.explained.is_some()) && self.uncompared_kinds().is_empty()
+    }
+}
+
 /// Settings of a diff run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DiffOptions {

@@ -638,6 +638,51 @@ fn garbage_on_stdout_is_a_typed_error_quoting_the_line() {
 }
 
 #[test]
+fn a_reply_line_longer_than_the_limit_is_garbage_found_without_reading_it_all() {
+    // 1 MiB past the limit with no newline, then the worker hangs: the error comes from the
+    // length, not from the time limit, and the line is never held whole
+    let bytes = harness::upstream::worker::MAX_REPLY_BYTES + (1 << 20);
+    let mut w = Worker::spawn(&WorkerCommand::shell(
+        "fake",
+        &format!("read -r l; head -c {bytes} /dev/zero | tr '\\0' a; sleep 30"),
+    ))
+    .unwrap();
+    let t = Instant::now();
+    let e = w.request("hello", Map::new(), 25 * SECOND).unwrap_err();
+    assert_eq!(kind(&e), Some(Kind::Garbage), "{e}");
+    assert!(e.to_string().contains("a line of more than"), "{e}");
+    assert!(t.elapsed() < 20 * SECOND, "{:?}", t.elapsed());
+    let e = w.request("hello", Map::new(), SECOND).unwrap_err();
+    assert_eq!(kind(&e), Some(Kind::Died), "{e}");
+}
+
+#[test]
+fn a_long_stderr_line_is_cut_and_the_lines_after_it_kept() {
+    let mut w = Worker::spawn(&WorkerCommand::shell(
+        "fake",
+        "read -r l; head -c 10000000 /dev/zero | tr '\\0' e >&2; echo >&2; \
+         echo 'ValueError: after the long line' >&2; exit 1",
+    ))
+    .unwrap();
+    let e = w.request("hello", Map::new(), 10 * SECOND).unwrap_err();
+    assert_eq!(kind(&e), Some(Kind::Died), "{e}");
+    let tail = w.stderr_tail();
+    assert_eq!(
+        tail.len(),
+        2,
+        "{:?}",
+        tail.iter().map(|l| l.len()).collect::<Vec<_>>()
+    );
+    assert!(
+        tail[0].starts_with("eeee") && tail[0].ends_with("bytes)"),
+        "{}",
+        &tail[0][..60]
+    );
+    assert!(tail[0].chars().count() < 600, "{}", tail[0].len());
+    assert_eq!(tail[1], "ValueError: after the long line");
+}
+
+#[test]
 fn a_worker_over_the_memory_budget_is_killed_with_a_typed_error() {
     // The shell holds 64 MiB in a variable and never replies; the budget is 16 MiB.
     let mut w = Worker::spawn(&WorkerCommand::shell(

@@ -40,6 +40,16 @@ pub const MEMORY_POLL: Duration = Duration::from_millis(100);
 pub const STDERR_LINES: usize = 50;
 /// Characters kept of one stderr line.
 const STDERR_LINE_CHARS: usize = 500;
+/// Bytes of one stderr line read into memory (the rest of a longer line is read and dropped):
+/// room for [`STDERR_LINE_CHARS`] characters of up to four bytes each.
+const STDERR_LINE_BYTES: usize = 4 * STDERR_LINE_CHARS;
+/// The longest reply line read from a worker, in bytes: a reply carries at most a golden case's
+/// data, so the limit of a golden case file ([`crate::golden::MAX_CASE_BYTES`]). A longer line
+/// is [`Kind::Garbage`], found after reading this many bytes, whatever the worker writes next.
+pub const MAX_REPLY_BYTES: usize = crate::golden::MAX_CASE_BYTES as usize;
+/// Lines the stdout reader may hold that no request has taken yet (it waits beyond that, so a
+/// worker writing lines nobody asked for fills its pipe and blocks, not this process's memory).
+const QUEUED_LINES: usize = 8;
 /// Characters of an unparsable reply quoted in the error.
 const GARBAGE_CHARS: usize = 200;
 /// Lines of the stderr tail quoted in an error message.
@@ -236,6 +246,8 @@ pub fn parse_reply(profile: &str, line: &str, expected_id: u64) -> Result<Reply>
 
 enum Event {
     Line(String),
+    /// A line longer than [`MAX_REPLY_BYTES`]; the reader stopped.
+    TooLong,
     Eof,
     ReadError(String),
 }
@@ -321,7 +333,7 @@ impl Worker {
                     ));
                 }
             };
-        let (tx, events) = mpsc::channel();
+        let (tx, events) = mpsc::sync_channel(QUEUED_LINES);
         std::thread::Builder::new()
             .name(format!("upstream-{profile}-stdout"))
             .spawn(move || read_lines(stdout, tx))
@@ -436,6 +448,18 @@ impl Worker {
                             Err(self.remember(e))
                         }
                     }
+                }
+                Ok(Event::TooLong) => {
+                    self.kill();
+                    let e = worker_error(
+                        &self.profile,
+                        Kind::Garbage,
+                        format!(
+                            "a line of more than {MAX_REPLY_BYTES} bytes on stdout in reply to \
+                             {what} (the longest reply read); the process was killed"
+                        ),
+                    );
+                    return Err(self.remember(e));
                 }
                 Ok(Event::ReadError(e)) => {
                     return Err(self.died(&what, &format!("reading its stdout failed ({e}); ")))
@@ -693,26 +717,81 @@ fn describe_status(s: &ExitStatus) -> String {
     format!("exited ({s})")
 }
 
-fn read_lines(stdout: impl Read, tx: mpsc::Sender<Event>) {
+/// Reads one line (through its `\n`, or to the end of the stream) from `r` into `buf` (cleared
+/// first), keeping at most `cap` bytes: `Ok(None)` at the end of the stream with nothing read,
+/// `Ok(Some(false))` for a whole line, `Ok(Some(true))` as soon as the line proves longer than
+/// `cap` (its first `cap` bytes in `buf`, the rest not yet read). Holds at most `cap` bytes of
+/// the line, whatever its length.
+fn read_capped_line(
+    r: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<Option<bool>> {
+    buf.clear();
+    loop {
+        let avail = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if avail.is_empty() {
+            return Ok((!buf.is_empty()).then_some(false));
+        }
+        let (end, whole) = match avail.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (avail.len(), false),
+        };
+        let room = cap - buf.len();
+        if end > room {
+            buf.extend_from_slice(&avail[..room]);
+            r.consume(room);
+            return Ok(Some(true));
+        }
+        buf.extend_from_slice(&avail[..end]);
+        r.consume(end);
+        if whole {
+            return Ok(Some(false));
+        }
+    }
+}
+
+/// Reads and drops the rest of the current line of `r` (through its `\n`).
+fn skip_line(r: &mut impl BufRead) -> std::io::Result<()> {
+    loop {
+        let avail = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if avail.is_empty() {
+            return Ok(());
+        }
+        match avail.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                r.consume(i + 1);
+                return Ok(());
+            }
+            None => {
+                let n = avail.len();
+                r.consume(n);
+            }
+        }
+    }
+}
+
+fn read_lines(stdout: impl Read, tx: mpsc::SyncSender<Event>) {
     let mut r = BufReader::new(stdout);
     let mut buf = Vec::new();
     loop {
-        buf.clear();
-        match r.read_until(b'\n', &mut buf) {
-            Ok(0) => {
-                let _ = tx.send(Event::Eof);
-                return;
-            }
-            Ok(_) => {
-                let line = String::from_utf8_lossy(&buf).into_owned();
-                if tx.send(Event::Line(line)).is_err() {
-                    return;
-                }
-            }
-            Err(e) => {
-                let _ = tx.send(Event::ReadError(e.to_string()));
-                return;
-            }
+        let event = match read_capped_line(&mut r, &mut buf, MAX_REPLY_BYTES) {
+            Ok(None) => Event::Eof,
+            Ok(Some(true)) => Event::TooLong,
+            Ok(Some(false)) => Event::Line(String::from_utf8_lossy(&buf).into_owned()),
+            Err(e) => Event::ReadError(e.to_string()),
+        };
+        let last = !matches!(event, Event::Line(_));
+        if tx.send(event).is_err() || last {
+            return;
         }
     }
 }
@@ -721,12 +800,19 @@ fn drain_stderr(stderr: impl Read, tail: &Mutex<VecDeque<String>>) {
     let mut r = BufReader::new(stderr);
     let mut buf = Vec::new();
     loop {
-        buf.clear();
-        match r.read_until(b'\n', &mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let line = String::from_utf8_lossy(&buf);
-                let line = truncate(line.trim_end(), STDERR_LINE_CHARS);
+        match read_capped_line(&mut r, &mut buf, STDERR_LINE_BYTES) {
+            Ok(None) | Err(_) => return,
+            Ok(Some(cut)) => {
+                if cut && skip_line(&mut r).is_err() {
+                    return;
+                }
+                let text = String::from_utf8_lossy(&buf);
+                let line = if cut {
+                    let kept: String = text.chars().take(STDERR_LINE_CHARS).collect();
+                    format!("{kept}... (a line of more than {STDERR_LINE_BYTES} bytes)")
+                } else {
+                    truncate(text.trim_end(), STDERR_LINE_CHARS)
+                };
                 if let Ok(mut t) = tail.lock() {
                     if t.len() == STDERR_LINES {
                         t.pop_front();

@@ -125,6 +125,10 @@ struct PgmHeader {
     end: usize,
 }
 
+/// The longest token of a PGM header or ASCII raster, in bytes (a size, a maxval or a sample
+/// has at most 5 digits; leading zeros are allowed up to this length).
+const PGM_TOKEN_MAX: usize = 16;
+
 /// The whitespace-separated tokens of a PGM file, `#` comments skipped.
 struct PgmTokens<'a> {
     bytes: &'a [u8],
@@ -132,7 +136,8 @@ struct PgmTokens<'a> {
 }
 
 impl PgmTokens<'_> {
-    /// The next token (at most 16 bytes: no PGM token is longer).
+    /// The next token; one longer than [`PGM_TOKEN_MAX`] bytes is an error (no PGM token is
+    /// that long), never cut into two.
     fn next(&mut self) -> std::result::Result<&str, String> {
         let b = self.bytes;
         loop {
@@ -148,7 +153,13 @@ impl PgmTokens<'_> {
             break;
         }
         let start = self.pos;
-        while self.pos < b.len() && !b[self.pos].is_ascii_whitespace() && self.pos - start < 16 {
+        while self.pos < b.len() && !b[self.pos].is_ascii_whitespace() {
+            if self.pos - start == PGM_TOKEN_MAX {
+                return Err(format!(
+                    "a token longer than {PGM_TOKEN_MAX} bytes (`{}...`)",
+                    b[start..self.pos].escape_ascii()
+                ));
+            }
             self.pos += 1;
         }
         if start == self.pos {
@@ -174,17 +185,30 @@ fn pgm_header(bytes: &[u8]) -> std::result::Result<PgmHeader, String> {
         bytes: head,
         pos: 0,
     };
-    let incomplete =
-        |e: String| format!("header: {e} (no complete header in the first {PGM_HEADER_MAX} bytes)");
-    let binary = match t.next().map_err(incomplete)? {
-        "P5" => true,
-        "P2" => false,
-        other => {
+    let incomplete = |e: String| {
+        if e == "truncated" {
+            format!("header: {e} (no complete header in the first {PGM_HEADER_MAX} bytes)")
+        } else {
+            format!("header: {e}")
+        }
+    };
+    let binary = match t.next() {
+        Ok("P5") => true,
+        Ok("P2") => false,
+        Ok(other) => {
             return Err(format!(
                 "magic `{}` is not P2 or P5",
                 other.escape_default()
             ))
         }
+        // a first token too long to be a magic number: the file's first bytes
+        Err(e) if e != "truncated" => {
+            return Err(format!(
+                "magic `{}...` is not P2 or P5",
+                head[..head.len().min(PGM_TOKEN_MAX)].escape_ascii()
+            ))
+        }
+        Err(e) => return Err(incomplete(e)),
     };
     let width = t.number().map_err(incomplete)?;
     let height = t.number().map_err(incomplete)?;
@@ -434,5 +458,23 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn a_header_number_longer_than_a_token_is_refused_not_split_in_two() {
+        // 18 digits, once read as a width of 2 (the first 16 bytes) and a height of 22 (the rest)
+        let mut split = b"P5\n000000000000000222\n255\n".to_vec();
+        split.extend([0u8; 44]);
+        let e = ImageDensity::from_pgm(&split).err().expect("refused");
+        assert!(e.contains("longer than 16 bytes"), "{e}");
+        assert!(e.contains("0000000000000002"), "{e}");
+        let e = ImageDensity::from_pgm(b"P5\n99999999999999999999999 2\n255\n")
+            .err()
+            .expect("refused");
+        assert!(e.contains("longer than 16 bytes"), "{e}");
+        // 16 bytes with leading zeros still read as the number
+        let mut padded = b"P5\n0000000000000002 1\n255\n".to_vec();
+        padded.extend([0u8, 255]);
+        assert!(ImageDensity::from_pgm(&padded).is_ok());
     }
 }

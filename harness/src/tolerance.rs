@@ -156,6 +156,20 @@ pub const CNF_ROUND_TRIP: Tol = Tol {
     atol: 1e-6,
 };
 
+/// `|s_out,i - P(s_in,i / |X|_F)|`: the sorted singular values of a Newton–Schulz output (f64,
+/// `m x n` with `m <= 16`, `n <= 48`, 5 iterations) against the iteration's scalar polynomial
+/// applied to the sorted normalised input singular values (the law
+/// `muon_singular_value_band`).
+///
+/// Derivation: each iteration forms `A = X X^T` and `B = b A + c A^2` (sums of at most 48
+/// terms) and `X' = a X + B X`, a few ulp (`u = 1.1e-16`) per term, `~ 3 x 48 u ~ 1.6e-14`
+/// relative per iteration; an error in a singular value is then carried by the polynomial's
+/// slope, at most the preset's `a ~ 3.4` per iteration, `3.4^5 ~ 450` over five. With the
+/// Jacobi singular values' own `~ n u` this gives `~ 5 x 1.6e-14 x 450 ~ 4e-11`; `1e-9` leaves a
+/// factor of 25. Observed: worst 1.34e-14 over 9000 generated cases (3 seeds x 3000). Wrong
+/// coefficients move the values by `O(1e-2)`.
+pub const NS_SINGULAR_VALUES: f64 = 1e-9;
+
 /// `|sum_cells p h^2 - 1|` for a small 2-D model on `[-7, 7]^2` with 140 x 140 cells (`h = 0.1`).
 ///
 /// Derivation: for a smooth density that is negligible at the boundary, the midpoint rule's

@@ -221,7 +221,11 @@ fn finite_difference_law_fails_when_a_stage_drops_its_theta_term() {
         let c = lv_case(steps);
         let good = c.gradient(GradMode::FullTape, &ReferenceGradient).unwrap();
         let err = c.compare_with_fd(&good).unwrap();
-        assert!(err < 1e-7, "reference FD error {err:e}");
+        // the reference sits well inside the law's bound (observed 1.1e-8: tolerance.rs)
+        assert!(
+            err < harness::tolerance::GRAD_FD.atol / 10.0,
+            "reference FD error {err:e}"
+        );
         for stage in 0..6 {
             let bad = c
                 .gradient(GradMode::FullTape, &DropThetaOfStage(stage))

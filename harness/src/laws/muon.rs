@@ -11,6 +11,7 @@ use crate::optim::muon::{
 };
 use crate::optim::{CoeffSpec, Jit, Muon, MuonHyper, Transform};
 use crate::stage::HasSignature;
+use crate::tolerance;
 use crate::tree::Tree;
 use proptest::prelude::*;
 
@@ -523,8 +524,8 @@ pub fn band_case() -> impl Strategy<Value = BandCase> {
 
 /// For Gaussian inputs with `n >= 2m` (f64): every singular value of the orthogonalised output
 /// lies in the preset's band, and the sorted output singular values equal the sorted `P(s_i)` of
-/// the normalised input singular values within `1e-9` (the iteration acts on each singular value
-/// independently).
+/// the normalised input singular values within [`tolerance::NS_SINGULAR_VALUES`] (the iteration
+/// acts on each singular value independently).
 pub fn singular_value_band(case: &BandCase) -> Result<(), String> {
     let (r, c) = if case.tall {
         (case.n, case.m)
@@ -557,7 +558,7 @@ pub fn singular_value_band(case: &BandCase) -> Result<(), String> {
                 "{r}x{c}: singular value {i} = {got} outside {band:?}"
             ));
         }
-        if (got - w).abs() > 1e-9 {
+        if (got - w).abs() > tolerance::NS_SINGULAR_VALUES {
             return Err(format!("{r}x{c}: singular value {i} = {got}, P(s) = {w}"));
         }
     }

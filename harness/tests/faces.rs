@@ -12,12 +12,13 @@ use harness::laws::cnf::{fast_field, field_faces_agree_with, model_case};
 use harness::laws::linesearch::{
     faces_agree_with as linesearch_faces_agree_with, ls_case, KernelSubject,
 };
-use harness::laws::muon::{mat_case, planned_matches_composed_with, Planned, PlannedNs};
+use harness::laws::muon::{mat_case, planned_matches_composed_with};
 use harness::laws::ode::{face_case, step_faces_agree_with, StageField, StepSubject};
 use harness::laws::radam::fused_matches_composed_with;
 use harness::laws::stack::{faces_agree_with as stack_faces_agree_with, stack_case, InitSubject};
 use harness::laws::strategies::opt_case;
 use harness::laws::{check_property, DEFAULT_SEED};
+use harness::mutants::muon_ns::OneIterationShort;
 use harness::ode::dfdx_step::{DfdxRkStep, DfdxStepOut};
 use harness::ode::Tableau;
 use harness::optim::linesearch::{Armijo, DfdxKernels, SearchKernels};
@@ -188,34 +189,6 @@ fn fused_and_composed_adam_radam_law_catches_a_mistyped_decay_in_the_fast_form()
     });
     assert!(c.contains("params") || c.contains("mu"), "{c}");
     println!("{c}");
-}
-
-/// The planned Newton–Schulz, one iteration short.
-struct OneIterationShort;
-
-impl PlannedNs for OneIterationShort {
-    fn run<A: Real>(
-        &self,
-        rows: usize,
-        cols: usize,
-        sym_block: usize,
-        x: &[A],
-        coeffs: &Array<f64>,
-        steps: usize,
-        eps: A,
-        out: &mut [A],
-    ) -> usize {
-        Planned.run(
-            rows,
-            cols,
-            sym_block,
-            x,
-            coeffs,
-            steps.saturating_sub(1),
-            eps,
-            out,
-        )
-    }
 }
 
 #[test]

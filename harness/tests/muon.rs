@@ -34,6 +34,38 @@ fn singular_values_stay_in_the_preset_band() {
 }
 
 #[test]
+fn transpose_law_catches_tall_inputs_taking_another_code_path() {
+    use harness::laws::muon::{mat_case, transpose_symmetry_with};
+    use harness::mutants::muon_ns::TallSideComposed;
+    let c = caught("muon_transpose_symmetry", mat_case(24), |c| {
+        transpose_symmetry_with(c, &TallSideComposed)
+    });
+    assert!(c.contains("orth(X^T)["), "{c}");
+    println!("{c}");
+}
+
+#[test]
+fn singular_value_law_catches_a_dropped_iteration() {
+    use harness::laws::muon::{band_case, singular_value_band_with};
+    use harness::mutants::muon_ns::OneIterationShort;
+    let c = caught("muon_singular_value_band", band_case(), |c| {
+        singular_value_band_with(c, &OneIterationShort)
+    });
+    assert!(c.contains("singular value"), "{c}");
+    println!("{c}");
+}
+
+/// The shrunk counterexample of `law` on a planted bug (256 cases, the default seed).
+fn caught<T: std::fmt::Debug>(
+    name: &str,
+    strategy: impl proptest::strategy::Strategy<Value = T>,
+    law: impl Fn(&T) -> Result<(), String>,
+) -> String {
+    harness::laws::check_property(name, 256, harness::laws::DEFAULT_SEED, strategy, law)
+        .expect_err("the planted bug must be caught")
+}
+
+#[test]
 fn zero_gradient_gives_zero_update() {
     assert_law_holds("muon_zero_gradient_zero_update");
 }

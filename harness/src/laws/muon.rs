@@ -267,10 +267,16 @@ pub const SQUARE_TRANSPOSE_ULPS_PER_N: f64 = 64.0;
 /// wide one exactly); within [`SQUARE_TRANSPOSE_ULPS_PER_N`] for square `X`. Also: the planned
 /// and composed forms run the same number of iterations, which is the coefficients' count.
 pub fn transpose_symmetry(case: &MatCase) -> Result<(), String> {
-    by_dtype!(real case.dtype, transpose_e(case), else unsupported_dtype(case.dtype))
+    transpose_symmetry_with(case, &Planned)
 }
 
-fn transpose_e<A: Real>(case: &MatCase) -> Result<(), String> {
+/// [`transpose_symmetry`] on `subject` (run with the reference's diagonal block,
+/// [`newton_schulz::SYM_BLOCK`]; the composed form it is counted against is the reference's).
+pub fn transpose_symmetry_with<S: PlannedNs>(case: &MatCase, subject: &S) -> Result<(), String> {
+    by_dtype!(real case.dtype, transpose_e[S](case, subject), else unsupported_dtype(case.dtype))
+}
+
+fn transpose_e<A: Real, S: PlannedNs>(case: &MatCase, subject: &S) -> Result<(), String> {
     let (spec, steps) = case.coeffs.spec();
     let c = PerUse.convert::<A>(&coeffs::build(&spec, steps).map_err(err)?);
     let (r, cl) = (case.rows, case.cols);
@@ -282,7 +288,16 @@ fn transpose_e<A: Real>(case: &MatCase) -> Result<(), String> {
     let eps = A::of_f64(1e-8);
     let run = |data: &[A], rr: usize, cc: usize| {
         let mut out = vec![A::default(); data.len()];
-        let k = NsPlan::new(rr, cc).run(data, &c, steps, eps, &mut out);
+        let k = subject.run(
+            rr,
+            cc,
+            newton_schulz::SYM_BLOCK,
+            data,
+            &c,
+            steps,
+            eps,
+            &mut out,
+        );
         (out, k)
     };
     let (o, k1) = run(&x, r, cl);
@@ -527,6 +542,11 @@ pub fn band_case() -> impl Strategy<Value = BandCase> {
 /// the normalised input singular values within [`tolerance::NS_SINGULAR_VALUES`] (the iteration
 /// acts on each singular value independently).
 pub fn singular_value_band(case: &BandCase) -> Result<(), String> {
+    singular_value_band_with(case, &Planned)
+}
+
+/// [`singular_value_band`] on `subject` (f64, the reference's diagonal block).
+pub fn singular_value_band_with<S: PlannedNs>(case: &BandCase, subject: &S) -> Result<(), String> {
     let (r, c) = if case.tall {
         (case.n, case.m)
     } else {
@@ -540,7 +560,16 @@ pub fn singular_value_band(case: &BandCase) -> Result<(), String> {
     let coeffs = coeffs::build(&spec, steps).map_err(err)?;
     let x = gaussian(case.seed, r * c);
     let mut out = vec![0.0; x.len()];
-    NsPlan::new(r, c).run(&x, &coeffs, steps, 1e-8, &mut out);
+    subject.run(
+        r,
+        c,
+        newton_schulz::SYM_BLOCK,
+        &x,
+        &coeffs,
+        steps,
+        1e-8,
+        &mut out,
+    );
     let norm = x.iter().map(|v| v * v).sum::<f64>().sqrt() + 1e-8;
     let s_in = singular_values(&x, r, c);
     if s_in[0] / norm < BAND_INPUT_FLOOR {

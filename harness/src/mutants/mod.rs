@@ -8,6 +8,7 @@ pub mod cnf_static_step;
 pub mod linesearch_rebuilt_objective;
 pub mod linesearch_weak_init;
 mod muon_captured_coeffs;
+pub mod muon_ns;
 pub mod muon_plan_per_call;
 pub mod ode_gradient;
 mod radam_cond_leak;

@@ -28,7 +28,7 @@ struct LogLik {
 }
 
 #[test]
-fn log_likelihoods_of_a_fixed_model() {
+fn log_likelihoods_of_a_fixed_model_match_the_reviewed_snapshot() {
     let cfg = CnfConfig {
         width: 8,
         depth: 2,
@@ -49,12 +49,15 @@ fn log_likelihoods_of_a_fixed_model() {
     };
     let probes = [1.0, -1.0, -1.0, 1.0, 1.0, 1.0, -1.0, -1.0, 1.0, -1.0];
     let hutch = flow::log_likelihood(&hp, &POINTS, Some(&probes)).unwrap();
-    insta::assert_json_snapshot!(LogLik {
-        model: "init seed 0, 2 blocks, width 8, depth 2, Tsit5 dt0 0.05 on [0, 0.5]".into(),
-        exact_f64: exact.iter().map(|&v| r6(v)).collect(),
-        exact_f32: exact32.iter().map(|&v| r6(v as f64)).collect(),
-        hutchinson_rademacher_f64: hutch.iter().map(|&v| r6(v)).collect(),
-    });
+    insta::assert_json_snapshot!(
+        "log_likelihoods_of_a_fixed_model",
+        LogLik {
+            model: "init seed 0, 2 blocks, width 8, depth 2, Tsit5 dt0 0.05 on [0, 0.5]".into(),
+            exact_f64: exact.iter().map(|&v| r6(v)).collect(),
+            exact_f32: exact32.iter().map(|&v| r6(v as f64)).collect(),
+            hutchinson_rademacher_f64: hutch.iter().map(|&v| r6(v)).collect(),
+        }
+    );
 }
 
 #[test]

@@ -126,7 +126,7 @@ muon_updates_snapshot!(muon_first_6_updates_f32, f32);
 muon_updates_snapshot!(muon_first_6_updates_f64, f64);
 
 #[test]
-fn muon_state_signature() {
+fn muon_state_signature_matches_the_reviewed_snapshot() {
     let p = Tree::from_leaves([
         ("b".to_string(), Array::vector(vec![half::f16::ZERO; 4])),
         (
@@ -141,9 +141,12 @@ fn muon_state_signature() {
         ..MuonHyper::new(0.02)
     })
     .unwrap();
-    insta::assert_snapshot!(format!(
-        "standard f16: {}\ndion f16: {}",
-        std.init(&p).unwrap().signature(),
-        dion.init(&p).unwrap().signature()
-    ));
+    insta::assert_snapshot!(
+        "muon_state_signature",
+        format!(
+            "standard f16: {}\ndion f16: {}",
+            std.init(&p).unwrap().signature(),
+            dion.init(&p).unwrap().signature()
+        )
+    );
 }

@@ -104,7 +104,7 @@ updates_snapshot!(first_12_updates_f32, f32);
 updates_snapshot!(first_12_updates_f64, f64);
 
 #[test]
-fn optimizer_state_signatures() {
+fn optimizer_state_signatures_match_the_reviewed_snapshot() {
     let p = Tree::from_leaves([
         ("b".to_string(), Array::vector(vec![half::f16::ZERO; 4])),
         (
@@ -115,11 +115,14 @@ fn optimizer_state_signatures() {
     .unwrap();
     let adam = optim::adam(1e-3, AdamHyper::default()).unwrap();
     let radam = optim::radam(1e-3, RadamHyper::default(), Selection::Where).unwrap();
-    insta::assert_snapshot!(format!(
-        "adam f16: {}\nradam f16: {}",
-        adam.init(&p).unwrap().signature(),
-        radam.init(&p).unwrap().signature()
-    ));
+    insta::assert_snapshot!(
+        "optimizer_state_signatures",
+        format!(
+            "adam f16: {}\nradam f16: {}",
+            adam.init(&p).unwrap().signature(),
+            radam.init(&p).unwrap().signature()
+        )
+    );
 }
 
 /// 15 steps of `sgd(1) + backtracking(max_backtracking_steps = 20)` from a fixed start: the
@@ -147,18 +150,21 @@ fn linesearch_run<O: harness::optim::linesearch::Objective<f64> + 'static>(
 }
 
 #[test]
-fn linesearch_sequences_on_fixture_problems() {
+fn linesearch_sequences_on_fixture_problems_match_the_reviewed_snapshot() {
     use harness::optim::linesearch::{Himmelblau, Matyas, Quadratic, Rosenbrock};
     let q = Quadratic::new(
         vec![3.0, 0.5, 0.0, 0.5, 1.0, 0.2, 0.0, 0.2, 0.5],
         vec![1.0, -1.0, 0.5],
     )
     .unwrap();
-    insta::assert_json_snapshot!(serde_json::json!({
-        "rosenbrock_2d": linesearch_run(&Rosenbrock, &[-1.2, 1.0]),
-        "rosenbrock_10d": linesearch_run(&Rosenbrock, &[0.0; 10]),
-        "quadratic_3d": linesearch_run(&q, &[1.0, 1.0, 1.0]),
-        "himmelblau": linesearch_run(&Himmelblau, &[0.0, 0.0]),
-        "matyas": linesearch_run(&Matyas, &[1.0, -0.5]),
-    }));
+    insta::assert_json_snapshot!(
+        "linesearch_sequences_on_fixture_problems",
+        serde_json::json!({
+            "rosenbrock_2d": linesearch_run(&Rosenbrock, &[-1.2, 1.0]),
+            "rosenbrock_10d": linesearch_run(&Rosenbrock, &[0.0; 10]),
+            "quadratic_3d": linesearch_run(&q, &[1.0, 1.0, 1.0]),
+            "himmelblau": linesearch_run(&Himmelblau, &[0.0, 0.0]),
+            "matyas": linesearch_run(&Matyas, &[1.0, -0.5]),
+        })
+    );
 }

@@ -144,7 +144,7 @@ fn checksum_of<E: Float>(cfg: &StackConfig, seed: u64) -> Checksum {
 }
 
 #[test]
-fn initialised_stack_checksums() {
+fn initialised_stack_checksums_match_the_reviewed_snapshot() {
     // 3 layers of 8-16-8, seed 42: any change to the generator, the limits or the casts shows
     let cfg = |dt| StackConfig::new(3, 8, 16, dt).unwrap();
     let rows = vec![

@@ -326,7 +326,7 @@ mod tests {
     }
 
     #[test]
-    fn hand_counted_schedules() {
+    fn binomial_schedules_take_the_hand_counted_forward_steps_and_peak() {
         // n = 4, c = 1: restore y0 and advance 3, 2, 1, 0 steps = 6 = 4*3/2.
         assert_eq!(audit(4, 1).forward, 6);
         // n = 4, c >= 4: one sweep y0 -> y3 storing each = 3.

@@ -218,7 +218,7 @@ mod tests {
     }
 
     #[test]
-    fn mistral_block_sizes() {
+    fn the_mistral_sized_stack_counts_its_parameters_and_f16_bytes_by_hand() {
         // 16 x (2*1024*4096 + 4096 + 1024) = 134,299,648 parameters; f16: 268,599,296 bytes
         let c = StackConfig::new(16, 1024, 4096, DType::F16).unwrap();
         assert_eq!(c.params(), 134_299_648);

@@ -118,7 +118,7 @@ mod tests {
     use crate::stack::{build, StackConfig, Strategy};
 
     #[test]
-    fn one_layer_by_hand() {
+    fn a_one_unit_layer_gives_the_hand_computed_output_bit_for_bit() {
         // D = H = 1: y = w2 * tanh(w1 * x + b1) + b2
         let cfg = StackConfig::new(1, 1, 1, DType::F64).unwrap();
         let m = build::<f64>(&cfg, 4, Strategy::ChunkedDirect, &mut ())

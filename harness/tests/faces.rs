@@ -5,7 +5,7 @@
 //! order.
 
 mod common;
-use common::assert_law_holds;
+use common::{assert_law_holds, planted_bug_caught as caught};
 use harness::backend::{Array, DfdxFromF32, Float, Real};
 use harness::cnf::CnfParams;
 use harness::laws::cnf::{fast_field, field_faces_agree_with, model_case};
@@ -17,7 +17,6 @@ use harness::laws::ode::{face_case, step_faces_agree_with, StageField, StepSubje
 use harness::laws::radam::fused_matches_composed_with;
 use harness::laws::stack::{faces_agree_with as stack_faces_agree_with, stack_case, InitSubject};
 use harness::laws::strategies::opt_case;
-use harness::laws::{check_property, DEFAULT_SEED};
 use harness::mutants::muon_ns::OneIterationShort;
 use harness::ode::dfdx_step::{DfdxRkStep, DfdxStepOut};
 use harness::ode::Tableau;
@@ -47,16 +46,6 @@ fn stack_strategies_equal_the_dfdx_face() {
 #[test]
 fn cnf_fast_field_equals_the_dfdx_face() {
     assert_law_holds("cnf_field_faces_agree");
-}
-
-/// Run `law` on 256 drawn cases; the shrunk counterexample of its failure.
-fn caught<T: std::fmt::Debug>(
-    name: &str,
-    strategy: impl proptest::strategy::Strategy<Value = T>,
-    law: impl Fn(&T) -> Result<(), String>,
-) -> String {
-    check_property(name, 256, DEFAULT_SEED, strategy, law)
-        .expect_err("the planted difference must be caught")
 }
 
 /// `tab` with its first and last output weights moved by `delta` in opposite directions (the

@@ -5,7 +5,10 @@
 harness::install_counting_allocator!();
 
 mod common;
-use common::assert_law_holds;
+use common::{assert_law_holds, planted_bug_caught};
+use harness::mutants::linesearch_steps::{
+    DoubledStep, LearningRateHalvedAfterTheSearch, StepsOnNonFinite,
+};
 
 use harness::backend::DType;
 use harness::optim::linesearch::{
@@ -45,6 +48,46 @@ fn caught(name: &str) -> String {
     assert!(r.caught, "{name} was not caught");
     assert_eq!(r.law, "linesearch_trace_once");
     r.counterexample.clone().unwrap()
+}
+
+#[test]
+fn armijo_law_catches_a_step_past_the_accepted_candidate() {
+    use harness::laws::linesearch::{armijo_on_success_with, ls_case};
+    let c = planted_bug_caught("linesearch_armijo_on_success", ls_case(), |c| {
+        armijo_on_success_with(c, &DoubledStep)
+    });
+    assert!(c.contains("at the returned params"), "{c}");
+    println!("{c}");
+}
+
+#[test]
+fn evaluation_law_catches_one_decrease_too_many() {
+    use harness::laws::linesearch::{evaluations_bounded_with, ls_case};
+    let c = planted_bug_caught("linesearch_evaluations_bounded", ls_case(), |c| {
+        evaluations_bounded_with(c, &LearningRateHalvedAfterTheSearch)
+    });
+    assert!(c.contains("learning_rate ="), "{c}");
+    println!("{c}");
+}
+
+#[test]
+fn monotone_law_catches_a_step_past_the_accepted_candidate() {
+    use harness::laws::linesearch::{convex_case, convex_quadratic_monotone_with};
+    let c = planted_bug_caught("linesearch_convex_quadratic_monotone", convex_case(), |c| {
+        convex_quadratic_monotone_with(c, &DoubledStep)
+    });
+    assert!(c.contains("value rose"), "{c}");
+    println!("{c}");
+}
+
+#[test]
+fn nonfinite_law_catches_a_step_taken_without_a_finite_candidate() {
+    use harness::laws::linesearch::{nonfinite_case, nonfinite_zero_step_with};
+    let c = planted_bug_caught("linesearch_nonfinite_zero_step", nonfinite_case(), |c| {
+        nonfinite_zero_step_with(c, &StepsOnNonFinite)
+    });
+    assert!(c.contains("want a zero step"), "{c}");
+    println!("{c}");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 harness::install_counting_allocator!();
 
 mod common;
-use common::assert_law_holds;
+use common::{assert_law_holds, planted_bug_caught as caught};
 
 use harness::backend::Array;
 use harness::optim::muon::{MuonStepper, Sharding};
@@ -53,16 +53,6 @@ fn singular_value_law_catches_a_dropped_iteration() {
     });
     assert!(c.contains("singular value"), "{c}");
     println!("{c}");
-}
-
-/// The shrunk counterexample of `law` on a planted bug (256 cases, the default seed).
-fn caught<T: std::fmt::Debug>(
-    name: &str,
-    strategy: impl proptest::strategy::Strategy<Value = T>,
-    law: impl Fn(&T) -> Result<(), String>,
-) -> String {
-    harness::laws::check_property(name, 256, harness::laws::DEFAULT_SEED, strategy, law)
-        .expect_err("the planted bug must be caught")
 }
 
 #[test]

@@ -258,11 +258,22 @@ pub fn run_case<A: Real, S: TraceSubject>(
 /// When a step reports success (`decrease_error <= atol`), the Armijo rule holds at the returned
 /// parameters: recomputed from `f(x + u)`, the error is within `atol`.
 pub fn armijo_on_success(case: &LsCase) -> std::result::Result<(), String> {
-    by_dtype!(real case.dtype(), armijo_on_success_e(case), else unsupported_dtype(case.dtype()))
+    armijo_on_success_with(case, &Reference)
 }
 
-fn armijo_on_success_e<A: Real>(case: &LsCase) -> std::result::Result<(), String> {
-    let Some(run) = run_case::<A, _>(case, &Reference)? else {
+/// [`armijo_on_success`] on `subject`.
+pub fn armijo_on_success_with<S: TraceSubject>(
+    case: &LsCase,
+    subject: &S,
+) -> std::result::Result<(), String> {
+    by_dtype!(real case.dtype(), armijo_on_success_e[S](case, subject), else unsupported_dtype(case.dtype()))
+}
+
+fn armijo_on_success_e<A: Real, S: TraceSubject>(
+    case: &LsCase,
+    subject: &S,
+) -> std::result::Result<(), String> {
+    let Some(run) = run_case::<A, _>(case, subject)? else {
         return Ok(());
     };
     let rule = case.hyper.armijo().map_err(|e| e.to_string())?;
@@ -288,11 +299,22 @@ fn armijo_on_success_e<A: Real>(case: &LsCase) -> std::result::Result<(), String
 /// `evals == num_linesearch_steps <= max_backtracking_steps + 1`, and the final `eta` is
 /// `eta0` multiplied by `decrease_factor` `evals - 1` times (bitwise), or 0 when the error is inf.
 pub fn evaluations_bounded(case: &LsCase) -> std::result::Result<(), String> {
-    by_dtype!(real case.dtype(), evaluations_bounded_e(case), else unsupported_dtype(case.dtype()))
+    evaluations_bounded_with(case, &Reference)
 }
 
-fn evaluations_bounded_e<A: Real>(case: &LsCase) -> std::result::Result<(), String> {
-    let Some(run) = run_case::<A, _>(case, &Reference)? else {
+/// [`evaluations_bounded`] on `subject`.
+pub fn evaluations_bounded_with<S: TraceSubject>(
+    case: &LsCase,
+    subject: &S,
+) -> std::result::Result<(), String> {
+    by_dtype!(real case.dtype(), evaluations_bounded_e[S](case, subject), else unsupported_dtype(case.dtype()))
+}
+
+fn evaluations_bounded_e<A: Real, S: TraceSubject>(
+    case: &LsCase,
+    subject: &S,
+) -> std::result::Result<(), String> {
+    let Some(run) = run_case::<A, _>(case, subject)? else {
         return Ok(());
     };
     let h = &case.hyper;
@@ -412,14 +434,25 @@ pub fn monotone_domain(case: &LsCase) -> bool {
 /// steps; at a step that hit the limit (rounding near the minimum can defeat the rule), within
 /// 64 ulps of the terms of `f`.
 pub fn convex_quadratic_monotone(case: &LsCase) -> std::result::Result<(), String> {
+    convex_quadratic_monotone_with(case, &Reference)
+}
+
+/// [`convex_quadratic_monotone`] on `subject`.
+pub fn convex_quadratic_monotone_with<S: TraceSubject>(
+    case: &LsCase,
+    subject: &S,
+) -> std::result::Result<(), String> {
     if !monotone_domain(case) {
         return Ok(());
     }
-    by_dtype!(real case.dtype(), convex_quadratic_monotone_e(case), else unsupported_dtype(case.dtype()))
+    by_dtype!(real case.dtype(), convex_quadratic_monotone_e[S](case, subject), else unsupported_dtype(case.dtype()))
 }
 
-fn convex_quadratic_monotone_e<A: Real>(case: &LsCase) -> std::result::Result<(), String> {
-    let Some(run) = run_case::<A, _>(case, &Reference)? else {
+fn convex_quadratic_monotone_e<A: Real, S: TraceSubject>(
+    case: &LsCase,
+    subject: &S,
+) -> std::result::Result<(), String> {
+    let Some(run) = run_case::<A, _>(case, subject)? else {
         return Ok(());
     };
     let Problem::Quadratic(q) = &case.problem else {
@@ -525,17 +558,28 @@ pub fn nonfinite_domain<A: Real>(tree: &Tree<A>) -> bool {
 /// gradient ([`nonfinite_domain`]): every update is a zero step, `learning_rate` is 0 (finite),
 /// `decrease_error` is `+inf`, every allowed evaluation was made, and the parameters never move.
 pub fn nonfinite_zero_step(case: &LsCase) -> std::result::Result<(), String> {
-    by_dtype!(real case.dtype(), nonfinite_zero_step_e(case), else unsupported_dtype(case.dtype()))
+    nonfinite_zero_step_with(case, &Reference)
 }
 
-fn nonfinite_zero_step_e<A: Real>(case: &LsCase) -> std::result::Result<(), String> {
+/// [`nonfinite_zero_step`] on `subject`.
+pub fn nonfinite_zero_step_with<S: TraceSubject>(
+    case: &LsCase,
+    subject: &S,
+) -> std::result::Result<(), String> {
+    by_dtype!(real case.dtype(), nonfinite_zero_step_e[S](case, subject), else unsupported_dtype(case.dtype()))
+}
+
+fn nonfinite_zero_step_e<A: Real, S: TraceSubject>(
+    case: &LsCase,
+    subject: &S,
+) -> std::result::Result<(), String> {
     let Some(p) = case.poison else {
         return Ok(());
     };
     if p.above != f64::NEG_INFINITY || p.value == f64::NEG_INFINITY {
         return Ok(());
     }
-    let Some(run) = run_case::<A, _>(case, &Reference)? else {
+    let Some(run) = run_case::<A, _>(case, subject)? else {
         return Ok(());
     };
     let x0 = point::<A>(&case.x0);

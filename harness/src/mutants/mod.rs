@@ -6,6 +6,7 @@
 pub mod cnf_flow;
 pub mod cnf_static_step;
 pub mod linesearch_rebuilt_objective;
+pub mod linesearch_steps;
 pub mod linesearch_weak_init;
 mod muon_captured_coeffs;
 pub mod muon_ns;

@@ -17,3 +17,15 @@ pub fn assert_law_holds(name: &str) {
         r.counterexample.unwrap_or_default()
     );
 }
+
+/// The shrunk counterexample of the law `name` (its property `law`, over `strategy`, 256 cases
+/// from the default seed) on a planted bug; fails the test if the bug passes.
+#[allow(dead_code)]
+pub fn planted_bug_caught<T: std::fmt::Debug>(
+    name: &str,
+    strategy: impl proptest::strategy::Strategy<Value = T>,
+    law: impl Fn(&T) -> Result<(), String>,
+) -> String {
+    laws::check_property(name, 256, laws::DEFAULT_SEED, strategy, law)
+        .expect_err("the planted bug must be caught")
+}

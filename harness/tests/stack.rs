@@ -5,7 +5,7 @@
 harness::install_counting_allocator!();
 
 mod common;
-use common::assert_law_holds;
+use common::{assert_law_holds, planted_bug_caught};
 
 use harness::backend::{DType, Float};
 use harness::reference::Error;
@@ -19,6 +19,35 @@ fn all_strategies_build_the_bit_identical_stack() {
 #[test]
 fn f16_init_is_the_cast_of_f32_init() {
     assert_law_holds("stack_f16_init_is_cast_of_f32");
+}
+
+#[test]
+fn strategies_law_catches_a_layer_list_built_back_to_front() {
+    use harness::laws::stack::{stack_case, strategies_bitwise_identical_with};
+    use harness::mutants::stack_strategies::ListLayersReversed;
+    let c = planted_bug_caught(
+        "stack_strategies_bitwise_identical",
+        stack_case(6, 24, 48),
+        |c| strategies_bitwise_identical_with(c, &ListLayersReversed),
+    );
+    assert!(
+        c.contains("layers: 2"),
+        "the smallest stack that shows it has two layers: {c}"
+    );
+    println!("{c}");
+}
+
+#[test]
+fn cast_law_catches_f16_weights_rounded_toward_zero() {
+    use harness::laws::stack::{low_precision_is_cast_of_f32_with, stack_case};
+    use harness::mutants::stack_strategies::F16ByTruncation;
+    let c = planted_bug_caught(
+        "stack_f16_init_is_cast_of_f32",
+        stack_case(6, 24, 48),
+        |c| low_precision_is_cast_of_f32_with(c, &F16ByTruncation),
+    );
+    assert!(c.contains("f16 init") && c.contains("layers: 1"), "{c}");
+    println!("{c}");
 }
 
 #[test]

@@ -251,10 +251,37 @@ fn stacked<E: Float>(b: Built<E>) -> Result<crate::stack::Stacked<E>, String> {
     b.into_stacked().map_err(err)
 }
 
-fn identical_e<E: Float>(cfg: &StackConfig, seed: u64) -> Result<(), String> {
-    let reference = stacked(build::<E>(cfg, seed, Strategy::ChunkedDirect, &mut ()).map_err(err)?)?;
+/// `subject`'s build of `cfg` with `strategy`, as the dtype `E` it must have.
+fn built_as<E: Float, S: InitSubject>(
+    subject: &S,
+    cfg: &StackConfig,
+    seed: u64,
+    strategy: Strategy,
+) -> Result<Built<E>, String> {
+    let any: Box<dyn std::any::Any> =
+        match subject.build(cfg, seed, strategy, &mut ()).map_err(err)? {
+            AnyBuilt::F16(b) => Box::new(b),
+            AnyBuilt::F32(b) => Box::new(b),
+            AnyBuilt::F64(b) => Box::new(b),
+        };
+    any.downcast::<Built<E>>()
+        .map(|b| *b)
+        .map_err(|_| format!("{strategy}: built in another dtype than {:?}", E::DTYPE))
+}
+
+fn identical_e<E: Float, S: InitSubject>(
+    cfg: &StackConfig,
+    seed: u64,
+    subject: &S,
+) -> Result<(), String> {
+    let reference = stacked(built_as::<E, S>(
+        subject,
+        cfg,
+        seed,
+        Strategy::ChunkedDirect,
+    )?)?;
     for s in Strategy::ALL {
-        let b = build::<E>(cfg, seed, s, &mut ()).map_err(err)?;
+        let b = built_as::<E, S>(subject, cfg, seed, s)?;
         if s == Strategy::LayerwiseList {
             // the list must equal the reference's list form too (conversion both ways)
             let l = b.clone().into_list().map_err(err)?;
@@ -274,34 +301,50 @@ fn identical_e<E: Float>(cfg: &StackConfig, seed: u64) -> Result<(), String> {
 
 /// Law: all five strategies produce the bit-identical stack (the list via either conversion).
 pub fn strategies_bitwise_identical(case: &StackCase) -> Result<(), String> {
+    strategies_bitwise_identical_with(case, &Reference)
+}
+
+/// [`strategies_bitwise_identical`] on `subject`: its five strategies against its own
+/// `chunked-direct`.
+pub fn strategies_bitwise_identical_with<S: InitSubject>(
+    case: &StackCase,
+    subject: &S,
+) -> Result<(), String> {
     let cfg = case.config()?;
-    by_dtype!(float cfg.dtype(), identical_e(&cfg, case.seed), else unsupported_dtype(cfg.dtype()))
+    by_dtype!(float cfg.dtype(), identical_e[S](&cfg, case.seed, subject), else unsupported_dtype(cfg.dtype()))
 }
 
 /// Law: f16 init equals `half::f16::from_f32` of f32 init element for element (and f64 init
 /// equals the f32 init widened, exactly), whichever strategy builds each.
 pub fn low_precision_is_cast_of_f32(case: &StackCase) -> Result<(), String> {
+    low_precision_is_cast_of_f32_with(case, &Reference)
+}
+
+/// [`low_precision_is_cast_of_f32`] on `subject` (f32 by `layerwise-list`, f16 by
+/// `chunked-direct`, f64 by `vmap-f32-then-cast`).
+pub fn low_precision_is_cast_of_f32_with<S: InitSubject>(
+    case: &StackCase,
+    subject: &S,
+) -> Result<(), String> {
     let c32 = case.config()?.with_dtype(DType::F32).map_err(err)?;
-    let s32 =
-        stacked(build::<f32>(&c32, case.seed, Strategy::LayerwiseList, &mut ()).map_err(err)?)?;
-    let s16 = stacked(
-        build::<half::f16>(
-            &c32.with_dtype(DType::F16).map_err(err)?,
-            case.seed,
-            Strategy::ChunkedDirect,
-            &mut (),
-        )
-        .map_err(err)?,
-    )?;
-    let s64 = stacked(
-        build::<f64>(
-            &c32.with_dtype(DType::F64).map_err(err)?,
-            case.seed,
-            Strategy::VmapF32ThenCast,
-            &mut (),
-        )
-        .map_err(err)?,
-    )?;
+    let s32 = stacked(built_as::<f32, S>(
+        subject,
+        &c32,
+        case.seed,
+        Strategy::LayerwiseList,
+    )?)?;
+    let s16 = stacked(built_as::<half::f16, S>(
+        subject,
+        &c32.with_dtype(DType::F16).map_err(err)?,
+        case.seed,
+        Strategy::ChunkedDirect,
+    )?)?;
+    let s64 = stacked(built_as::<f64, S>(
+        subject,
+        &c32.with_dtype(DType::F64).map_err(err)?,
+        case.seed,
+        Strategy::VmapF32ThenCast,
+    )?)?;
     for t in 0..4 {
         let (a, h, w) = (
             s32.tensors[t].data(),

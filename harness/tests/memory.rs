@@ -240,6 +240,21 @@ fn stack_chunked_direct_is_within_one_percent_for_the_cli_model() {
     stack::chunked_within_one_percent(&case, &stack::Reference).unwrap();
 }
 
+fn stack_scan_memory_law_catches_a_scan_that_keeps_every_activation() {
+    use harness::mutants::stack_init_and_scan::ScanKeepingEveryActivation;
+    let _g = harness::probe::exclusive();
+    let r = laws::check_property(
+        "stack_scan_memory_flat",
+        16,
+        laws::DEFAULT_SEED,
+        (stack::stack_case(6, 32, 64), 1..=4usize),
+        |(c, b)| stack::scan_memory_flat_with(c, *b, &ScanKeepingEveryActivation),
+    );
+    let c = r.expect_err("the planted scan must be caught");
+    assert!(c.contains("scan peak") && c.contains("layers: 1"), "{c}");
+    println!("{c}");
+}
+
 fn stack_vmap_fp32_mutant_is_caught_and_prints_the_measured_ratio() {
     let reports = harness::mutants::run_all(Some("stack-vmap-fp32"));
     let r = &reports[0];
@@ -508,7 +523,11 @@ fn ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound() {
 }
 
 fn main() {
-    let tests: [(&str, fn()); 22] = [
+    let tests: [(&str, fn()); 23] = [
+        (
+            "stack_scan_memory_law_catches_a_scan_that_keeps_every_activation",
+            stack_scan_memory_law_catches_a_scan_that_keeps_every_activation,
+        ),
         (
             "memory_law_fails_a_leak_that_stops_before_the_allocation_windows",
             memory_law_fails_a_leak_that_stops_before_the_allocation_windows,

@@ -24,7 +24,7 @@ fn f16_init_is_the_cast_of_f32_init() {
 #[test]
 fn strategies_law_catches_a_layer_list_built_back_to_front() {
     use harness::laws::stack::{stack_case, strategies_bitwise_identical_with};
-    use harness::mutants::stack_strategies::ListLayersReversed;
+    use harness::mutants::stack_init_and_scan::ListLayersReversed;
     let c = planted_bug_caught(
         "stack_strategies_bitwise_identical",
         stack_case(6, 24, 48),
@@ -40,13 +40,26 @@ fn strategies_law_catches_a_layer_list_built_back_to_front() {
 #[test]
 fn cast_law_catches_f16_weights_rounded_toward_zero() {
     use harness::laws::stack::{low_precision_is_cast_of_f32_with, stack_case};
-    use harness::mutants::stack_strategies::F16ByTruncation;
+    use harness::mutants::stack_init_and_scan::F16ByTruncation;
     let c = planted_bug_caught(
         "stack_f16_init_is_cast_of_f32",
         stack_case(6, 24, 48),
         |c| low_precision_is_cast_of_f32_with(c, &F16ByTruncation),
     );
     assert!(c.contains("f16 init") && c.contains("layers: 1"), "{c}");
+    println!("{c}");
+}
+
+#[test]
+fn scan_law_catches_a_scan_that_walks_the_layers_back_to_front() {
+    use harness::laws::stack::{scan_equals_unrolled_with, stack_case};
+    use harness::mutants::stack_init_and_scan::ScanBackToFront;
+    let c = planted_bug_caught(
+        "stack_scan_equals_unrolled",
+        (stack_case(6, 24, 48), 1..=3usize),
+        |(c, b)| scan_equals_unrolled_with(c, *b, &ScanBackToFront),
+    );
+    assert!(c.contains("scan") && c.contains("layers: 2"), "{c}");
     println!("{c}");
 }
 

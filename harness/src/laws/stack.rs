@@ -377,13 +377,38 @@ pub fn input<E: Float>(cfg: &StackConfig, batch: usize, seed: u64) -> Array<E> {
     Array::new(vec![batch, cfg.width()], v).expect("shape and data agree")
 }
 
-fn scan_equals_e<E: Float>(cfg: &StackConfig, seed: u64, batch: usize) -> Result<(), String> {
+/// The forward pass under test: the scan over a stacked model (`[B, D]` in, `[B, D]` out).
+pub trait ScanSubject {
+    fn scan<E: Float>(
+        &self,
+        stack: &crate::stack::Stacked<E>,
+        x: &Array<E>,
+    ) -> crate::reference::Result<Array<E>>;
+}
+
+/// The reference scan ([`forward_scan`]).
+impl ScanSubject for Reference {
+    fn scan<E: Float>(
+        &self,
+        stack: &crate::stack::Stacked<E>,
+        x: &Array<E>,
+    ) -> crate::reference::Result<Array<E>> {
+        forward_scan(stack, x)
+    }
+}
+
+fn scan_equals_e<E: Float, S: ScanSubject>(
+    cfg: &StackConfig,
+    seed: u64,
+    batch: usize,
+    subject: &S,
+) -> Result<(), String> {
     let stack = stacked(build::<E>(cfg, seed, Strategy::ChunkedDirect, &mut ()).map_err(err)?)?;
     let list = build::<E>(cfg, seed, Strategy::LayerwiseList, &mut ())
         .and_then(|b| b.into_list())
         .map_err(err)?;
     let x = input::<E>(cfg, batch, seed);
-    let a = forward_scan(&stack, &x).map_err(err)?;
+    let a = subject.scan(&stack, &x).map_err(err)?;
     let b = forward_unrolled(&list, &x).map_err(err)?;
     for (i, (p, q)) in a.data().iter().zip(b.data()).enumerate() {
         if p.bits() != q.bits() {
@@ -395,18 +420,32 @@ fn scan_equals_e<E: Float>(cfg: &StackConfig, seed: u64, batch: usize) -> Result
 
 /// Law: the scan over the stack equals the unrolled loop over the list, bit for bit.
 pub fn scan_equals_unrolled(case: &StackCase, batch: usize) -> Result<(), String> {
+    scan_equals_unrolled_with(case, batch, &Reference)
+}
+
+/// [`scan_equals_unrolled`] on `subject`'s scan (against the reference's unrolled loop).
+pub fn scan_equals_unrolled_with<S: ScanSubject>(
+    case: &StackCase,
+    batch: usize,
+    subject: &S,
+) -> Result<(), String> {
     let cfg = case.config()?;
     by_dtype!(
         float cfg.dtype(),
-        scan_equals_e(&cfg, case.seed, batch),
+        scan_equals_e[S](&cfg, case.seed, batch, subject),
         else unsupported_dtype(cfg.dtype())
     )
 }
 
-fn scan_peak_e<E: Float>(cfg: &StackConfig, seed: u64, batch: usize) -> Result<usize, String> {
+fn scan_peak_e<E: Float, S: ScanSubject>(
+    cfg: &StackConfig,
+    seed: u64,
+    batch: usize,
+    subject: &S,
+) -> Result<usize, String> {
     let stack = stacked(build::<E>(cfg, seed, Strategy::ChunkedDirect, &mut ()).map_err(err)?)?;
     let x = input::<E>(cfg, batch, seed);
-    let (y, m) = probe::measure(|| forward_scan(&stack, &x));
+    let (y, m) = probe::measure(|| subject.scan(&stack, &x));
     drop(y.map_err(err)?);
     Ok(m.peak_above_baseline)
 }
@@ -414,9 +453,19 @@ fn scan_peak_e<E: Float>(cfg: &StackConfig, seed: u64, batch: usize) -> Result<u
 /// The scan's measured peak (working buffers and output) for `cfg`, above the live model and
 /// input. The caller holds [`probe::exclusive`].
 pub fn scan_peak(cfg: &StackConfig, seed: u64, batch: usize) -> Result<usize, String> {
+    scan_peak_with(cfg, seed, batch, &Reference)
+}
+
+/// [`scan_peak`] of `subject`'s scan.
+pub fn scan_peak_with<S: ScanSubject>(
+    cfg: &StackConfig,
+    seed: u64,
+    batch: usize,
+    subject: &S,
+) -> Result<usize, String> {
     by_dtype!(
         float cfg.dtype(),
-        scan_peak_e(cfg, seed, batch),
+        scan_peak_e[S](cfg, seed, batch, subject),
         else unsupported_dtype(cfg.dtype()).map(|()| 0)
     )
 }
@@ -424,12 +473,21 @@ pub fn scan_peak(cfg: &StackConfig, seed: u64, batch: usize) -> Result<usize, St
 /// Law: the scan's activation memory is the same for `N` and `2N + 1` layers, and within
 /// [`bounds::scan_activation_bytes`].
 pub fn scan_memory_flat(case: &StackCase, batch: usize) -> Result<(), String> {
+    scan_memory_flat_with(case, batch, &Reference)
+}
+
+/// [`scan_memory_flat`] on `subject`'s scan. The caller holds [`probe::exclusive`].
+pub fn scan_memory_flat_with<S: ScanSubject>(
+    case: &StackCase,
+    batch: usize,
+    subject: &S,
+) -> Result<(), String> {
     let cfg = case.config()?;
     let deep =
         StackConfig::new(2 * case.layers + 1, case.width, case.hidden, case.dtype).map_err(err)?;
     let (a, b) = (
-        scan_peak(&cfg, case.seed, batch)?,
-        scan_peak(&deep, case.seed, batch)?,
+        scan_peak_with(&cfg, case.seed, batch, subject)?,
+        scan_peak_with(&deep, case.seed, batch, subject)?,
     );
     let bound = bounds::scan_activation_bytes(&cfg, batch);
     if a != b || b > bound {

@@ -76,7 +76,7 @@ after_the_reference!(DoubledStep, |u, next, grad| {
 
 after_the_reference!(LearningRateHalvedAfterTheSearch, |u, next, grad| {
     let half = A::of_f64(0.5);
-    next.1.learning_rate.value = next.1.learning_rate.value * half;
+    next.1.learning_rate.value *= half;
     u = scaled(&u, half);
 });
 

@@ -5,7 +5,7 @@
 //!
 //! Beside them, planted bugs that re-create no upstream incident, one module per family: wrong
 //! subjects that a law must catch all the same (`ode_gradient`, `linesearch_steps`, `muon_ns`,
-//! `stack_strategies`). They are not rows of `harness mutants`; the tests show each caught,
+//! `stack_init_and_scan`). They are not rows of `harness mutants`; the tests show each caught,
 //! with its shrunk counterexample.
 
 pub mod cnf_flow;
@@ -19,7 +19,7 @@ pub mod muon_plan_per_call;
 pub mod ode_gradient;
 mod radam_cond_leak;
 mod radam_unsafe_where;
-pub mod stack_strategies;
+pub mod stack_init_and_scan;
 mod stack_vmap_fp32;
 
 pub use radam_cond_leak::CondLeak;

@@ -4,12 +4,36 @@
 harness::install_counting_allocator!();
 
 mod common;
-use common::assert_law_holds;
+use common::{assert_law_holds, planted_bug_caught};
 use harness::laws;
 
 #[test]
 fn radam_where_matches_branch_bitwise() {
     assert_law_holds("radam_where_matches_branch_bitwise");
+}
+
+#[test]
+fn forms_law_catches_a_branch_form_rectifying_late() {
+    use harness::laws::radam::where_matches_branch_with;
+    use harness::laws::strategies::opt_case;
+    use harness::mutants::radam_forms::branch_rectifying_late;
+    let c = planted_bug_caught("radam_where_matches_branch_bitwise", opt_case(12), |c| {
+        where_matches_branch_with(c, &branch_rectifying_late)
+    });
+    assert!(c.contains("updates"), "{c}");
+    println!("{c}");
+}
+
+#[test]
+fn schedule_law_catches_a_scaling_rectifying_late() {
+    use harness::laws::radam::follows_schedule_with;
+    use harness::laws::strategies::opt_case;
+    use harness::mutants::radam_forms::scaling_rectifying_late;
+    let c = planted_bug_caught("radam_follows_schedule", opt_case(16), |c| {
+        follows_schedule_with(c, &scaling_rectifying_late)
+    });
+    assert!(c.contains("rectified"), "{c}");
+    println!("{c}");
 }
 
 #[test]

@@ -11,7 +11,6 @@ use crate::optim::{
     Transform,
 };
 use crate::reference::Result;
-use crate::stage::HasSignature;
 use crate::tolerance;
 use crate::tree::{apply_updates, Tree};
 use proptest::prelude::*;
@@ -31,12 +30,25 @@ fn err(e: crate::reference::Error) -> String {
 
 /// `Where` and `Branch` give bit-identical updates and states at every step.
 pub fn where_matches_branch_bitwise(case: &OptCase) -> Result<(), String> {
-    by_dtype!(float case.dtype, where_matches_branch_e(case), else unsupported_dtype(case.dtype))
+    where_matches_branch_with(case, &|lr, h| optim::radam(lr, h, Selection::Branch))
 }
 
-fn where_matches_branch_e<E: Float>(case: &OptCase) -> Result<(), String> {
-    let forms = [Selection::Where, Selection::Branch]
-        .map(|s| optim::radam(case.learning_rate, case.hyper, s));
+/// How a case's RAdam is built (learning rate, hyperparameters): the reference's chain of
+/// [`ScaleByRadam`] and the learning rate, possibly configured otherwise than the case asks.
+pub type RadamForm =
+    dyn Fn(f64, RadamHyper) -> Result<optim::Chain<ScaleByRadam, optim::ScaleByLearningRate>>;
+
+/// [`where_matches_branch_bitwise`] with the `Branch` side built by `branch` (the reference's
+/// `Branch` form, or a planted one) against the reference's `Where` form.
+pub fn where_matches_branch_with(case: &OptCase, branch: &RadamForm) -> Result<(), String> {
+    by_dtype!(float case.dtype, where_matches_branch_e(case, branch), else unsupported_dtype(case.dtype))
+}
+
+fn where_matches_branch_e<E: Float>(case: &OptCase, branch: &RadamForm) -> Result<(), String> {
+    let forms = [
+        optim::radam(case.learning_rate, case.hyper, Selection::Where),
+        branch(case.learning_rate, case.hyper),
+    ];
     let [Ok(w), Ok(b)] = forms else {
         return Ok(()); // invalid hyperparameters: rejected by both constructors, nothing to compare
     };
@@ -263,11 +275,20 @@ fn branches_finite_e<E: Float, S: BranchSubject>(
 /// While `rho_t < threshold` the update is bias-corrected momentum (closed form from the
 /// gradient history); afterwards it is Adam's update times `r_t`. Checked in f64.
 pub fn follows_schedule(case: &OptCase) -> Result<(), String> {
+    follows_schedule_with(case, &|h| ScaleByRadam::new(h, Selection::Where))
+}
+
+/// [`follows_schedule`] on the RAdam scaling `radam` builds from the case's hyperparameters
+/// (the reference's, or a planted one); Adam's update it is held to is the reference's.
+pub fn follows_schedule_with(
+    case: &OptCase,
+    radam: &dyn Fn(RadamHyper) -> Result<ScaleByRadam>,
+) -> Result<(), String> {
     let h = case.hyper;
     if !(finite_inputs(case) && update_fits::<f64>(case)) {
         return Ok(());
     }
-    let radam = ScaleByRadam::new(h, Selection::Where).map_err(err)?;
+    let radam = radam(h).map_err(err)?;
     let adam = ScaleByAdam::new(h.moments).map_err(err)?;
     let tol = tolerance::for_dtype(DType::F64);
     let params = leaf::<f64>(&case.params);
@@ -398,41 +419,38 @@ where
 }
 
 /// `init` and every `update` produce the same state signature, and a jitted loop over all steps
-/// traces once (Adam, RAdam both forms).
+/// traces once (Adam, RAdam both forms): the optimizer suite's properties
+/// ([`crate::subject::optimizer::state_signature_fixed`], [`crate::subject::optimizer::one_trace`]),
+/// which the suite's tests show failing on planted optimizers, run on each reference form
+/// staged. A form that rejects the case's hyperparameters skips it.
 pub fn state_signature_fixed(case: &OptCase) -> Result<(), String> {
     by_dtype!(float case.dtype, state_signature_fixed_e(case), else unsupported_dtype(case.dtype))
 }
 
 fn state_signature_fixed_e<E: Float>(case: &OptCase) -> Result<(), String> {
-    fn run<E: Float, T: Transform<E>>(name: &str, case: &OptCase, opt: T) -> Result<(), String> {
-        let params = leaf::<E>(&case.params);
-        let Ok(mut state) = opt.init(&params) else {
-            return Ok(());
+    use crate::subject::optimizer::{self as suite, OptimizerSpec, Staged};
+    fn both<E: Float, T: Transform<E>>(
+        name: &str,
+        case: &OptCase,
+        form: impl Fn(&OptimizerSpec) -> Result<T>,
+    ) -> Result<(), String> {
+        // a rejected configuration is the suite's "unsupported": the case is skipped
+        let make = |spec: &OptimizerSpec| {
+            form(spec)
+                .map(Staged::new)
+                .map_err(|_| suite::unsupported(spec))
         };
-        let sig0 = state.signature();
-        let mut jit = Jit::new(opt).with_max_traces(1);
-        for (t, g) in case.grads.iter().enumerate() {
-            let (_, next) = jit
-                .update(&leaf::<E>(g), &state, &params)
-                .map_err(|e| format!("{name}: {e}"))?;
-            let d = sig0.diff(&next.signature());
-            if !d.is_empty() {
-                return Err(format!(
-                    "{name} step {}: state signature changed: {d}",
-                    t + 1
-                ));
-            }
-            state = next;
-        }
-        Ok(())
+        suite::state_signature_fixed::<E, _>(case, &make)
+            .and_then(|()| suite::one_trace::<E, _>(case, &make))
+            .map_err(|e| format!("{name}: {e}"))
     }
-    if let Ok(o) = optim::adam(case.learning_rate, case.hyper.moments) {
-        run::<E, _>("adam", case, o)?;
-    }
-    for s in [Selection::Where, Selection::Branch] {
-        if let Ok(o) = optim::radam(case.learning_rate, case.hyper, s) {
-            run::<E, _>(&format!("radam {s:?}"), case, o)?;
-        }
+    both::<E, _>("adam", case, |s| {
+        optim::adam(s.learning_rate, s.hyper.moments)
+    })?;
+    for sel in [Selection::Where, Selection::Branch] {
+        both::<E, _>(&format!("radam {sel:?}"), case, |s| {
+            optim::radam(s.learning_rate, s.hyper, sel)
+        })?;
     }
     Ok(())
 }

@@ -5,8 +5,8 @@
 //!
 //! Beside them, planted bugs that re-create no upstream incident, one module per family: wrong
 //! subjects that a law must catch all the same (`ode_gradient`, `linesearch_steps`, `muon_ns`,
-//! `stack_init_and_scan`). They are not rows of `harness mutants`; the tests show each caught,
-//! with its shrunk counterexample.
+//! `radam_forms`, `stack_init_and_scan`). They are not rows of `harness mutants`; the tests
+//! show each caught, with its shrunk counterexample.
 
 pub mod cnf_flow;
 pub mod cnf_static_step;
@@ -18,6 +18,7 @@ pub mod muon_ns;
 pub mod muon_plan_per_call;
 pub mod ode_gradient;
 mod radam_cond_leak;
+pub mod radam_forms;
 mod radam_unsafe_where;
 pub mod stack_init_and_scan;
 mod stack_vmap_fp32;

@@ -56,6 +56,17 @@ fn singular_value_law_catches_a_dropped_iteration() {
 }
 
 #[test]
+fn zero_gradient_law_catches_a_normalisation_without_eps() {
+    use harness::laws::muon::{muon_case, zero_gradient_zero_update_with};
+    use harness::mutants::muon_ns::NormWithoutEps;
+    let c = caught("muon_zero_gradient_zero_update", muon_case(), |c| {
+        zero_gradient_zero_update_with(c, &|h| Muon::new(h).map(NormWithoutEps))
+    });
+    assert!(c.contains("NaN"), "{c}");
+    println!("{c}");
+}
+
+#[test]
 fn zero_gradient_gives_zero_update() {
     assert_law_holds("muon_zero_gradient_zero_update");
 }

@@ -597,15 +597,31 @@ pub fn singular_value_band_with<S: PlannedNs>(case: &BandCase, subject: &S) -> R
 /// A zero gradient gives a zero update (every leaf, every dtype, zero-size included) and no NaN,
 /// at every step, when `weight_decay = adam_weight_decay = 0`.
 pub fn zero_gradient_zero_update(case: &MuonCase) -> Result<(), String> {
-    by_dtype!(float case.dtype, zero_e(case), else unsupported_dtype(case.dtype))
+    zero_gradient_zero_update_with(case, &Muon::new)
 }
 
-fn zero_e<E: Float>(case: &MuonCase) -> Result<(), String> {
+/// A Muon built from its hyperparameters, as every float dtype's [`Transform`] (the reference,
+/// or a planted one).
+pub trait AnyFloatTransform: Transform<half::f16> + Transform<f32> + Transform<f64> {}
+impl<T: Transform<half::f16> + Transform<f32> + Transform<f64>> AnyFloatTransform for T {}
+
+/// [`zero_gradient_zero_update`] on the Muon `make` builds.
+pub fn zero_gradient_zero_update_with<T: AnyFloatTransform>(
+    case: &MuonCase,
+    make: &dyn Fn(MuonHyper) -> crate::reference::Result<T>,
+) -> Result<(), String> {
+    by_dtype!(float case.dtype, zero_e[T](case, make), else unsupported_dtype(case.dtype))
+}
+
+fn zero_e<E: Float, T: Transform<E>>(
+    case: &MuonCase,
+    make: &dyn Fn(MuonHyper) -> crate::reference::Result<T>,
+) -> Result<(), String> {
     let hyper = MuonHyper {
         weight_decay: 0.0,
         ..case.hyper()
     };
-    let muon = Muon::new(hyper).map_err(err)?;
+    let muon = make(hyper).map_err(err)?;
     let params = tree::<E>(&case.shapes, case.seed, 1.0);
     let zeros = tree::<E>(&case.shapes, case.seed, 0.0);
     let mut state = muon.init(&params).map_err(err)?;

@@ -6,10 +6,15 @@
 //! - [`TallSideComposed`]: tall inputs orthogonalised by a second code path (the composed
 //!   products on the tall side, not the planned ones on the transpose): the same numbers up to
 //!   rounding, so only the bitwise transpose law catches it.
+//! - [`NormWithoutEps`] (a transform): the normalisation by the gradient's norm without its
+//!   `eps`, NaN for an all-zero gradient: the zero-gradient law catches it.
 
-use crate::backend::{Array, Real};
+use crate::backend::{Array, Float, Real};
 use crate::laws::muon::{Planned, PlannedNs};
 use crate::optim::muon::orthogonalize_composed;
+use crate::optim::Transform;
+use crate::reference::Result;
+use crate::tree::Tree;
 
 /// The reference's planned iteration with `steps - 1` iterations.
 ///
@@ -74,5 +79,53 @@ impl PlannedNs for TallSideComposed {
         let (o, k) = orthogonalize_composed(&input, coeffs, steps, eps);
         out.copy_from_slice(o.data());
         k
+    }
+}
+
+/// Muon (or any transform) whose orthogonalisation divides by the norm of the gradient without
+/// the `eps` guard: a leaf whose gradient is all zeros gets `0 / 0`, NaN, in every element of its
+/// update. The other leaves are the reference's.
+///
+/// ```
+/// use harness::laws::muon::{muon_case, zero_gradient_zero_update_with};
+/// use harness::laws::{check_property, DEFAULT_SEED};
+/// use harness::mutants::muon_ns::NormWithoutEps;
+/// use harness::optim::Muon;
+/// let r = check_property("zero", 64, DEFAULT_SEED, muon_case(), |c| {
+///     zero_gradient_zero_update_with(c, &|h| Muon::new(h).map(NormWithoutEps))
+/// });
+/// assert!(r.is_err());
+/// ```
+#[derive(Debug, Clone)]
+pub struct NormWithoutEps<T>(pub T);
+
+impl<E: Float, T: Transform<E>> Transform<E> for NormWithoutEps<T> {
+    type State = T::State;
+    fn static_key(&self) -> u64 {
+        self.0.static_key()
+    }
+    fn init(&self, params: &Tree<E>) -> Result<Self::State> {
+        self.0.init(params)
+    }
+    fn update(
+        &self,
+        grads: &Tree<E>,
+        state: &Self::State,
+        params: &Tree<E>,
+    ) -> Result<(Tree<E>, Self::State)> {
+        let (u, next) = self.0.update(grads, state, params)?;
+        let nan = E::of_f64(f64::NAN);
+        let u = Tree::from_leaves(u.iter().map(|(k, a)| {
+            let zero = grads
+                .get(k)
+                .is_some_and(|g| g.data().iter().all(|v| v.as_f64() == 0.0));
+            let a = if zero && !a.data().is_empty() {
+                a.map(|_| nan)
+            } else {
+                a.clone()
+            };
+            (k.to_string(), a)
+        }))?;
+        Ok((u, next))
     }
 }

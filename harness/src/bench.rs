@@ -215,6 +215,10 @@ pub fn ns5_flops(n: usize) -> f64 {
     5.0 * (2.0 * full * sym + full)
 }
 
+/// Give every figure of a run its limit, measured in the same run: for a rate the limit rate
+/// (`ratio = value / limit`), for a time the ideal time (`ratio = limit / value`), and in both
+/// cases `limit_source`, the words saying what the limit is. A figure whose limit was not
+/// measured in this run (an area left out) keeps `limit` and `ratio` empty.
 pub fn attach_limits(figures: &mut [Figure]) {
     let get = |name: &str| figures.iter().find(|f| f.name == name).map(|f| f.value);
     let cache_stream = get("cache_stream_65536_gbps");

@@ -23,6 +23,7 @@ use crate::stack::{bounds, StackConfig, Strategy};
 /// A memory budget in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
+    /// The budget.
     pub bytes: u128,
     /// Where the number came from (for messages).
     pub source: &'static str,

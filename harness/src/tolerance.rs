@@ -9,7 +9,9 @@ use crate::backend::DType;
 /// Absolute and relative tolerance.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Tol {
+    /// Relative part, a fraction of `|want|`.
     pub rtol: f64,
+    /// Absolute part.
     pub atol: f64,
 }
 

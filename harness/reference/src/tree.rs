@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 pub struct Tree<E>(pub BTreeMap<String, Array<E>>);
 
 impl<E: Copy + Default> Tree<E> {
+    /// An empty tree.
     pub fn new() -> Self {
         Self(BTreeMap::new())
     }
@@ -23,18 +24,23 @@ impl<E: Copy + Default> Tree<E> {
         }
         Ok(Self(map))
     }
+    /// The leaves in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Array<E>)> {
         self.0.iter()
     }
+    /// The leaves in name order, mutable.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut Array<E>)> {
         self.0.iter_mut()
     }
+    /// The leaf named `name`.
     pub fn get(&self, name: &str) -> Option<&Array<E>> {
         self.0.get(name)
     }
+    /// How many leaves.
     pub fn len(&self) -> usize {
         self.0.len()
     }
+    /// Whether there is no leaf.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -12,6 +12,8 @@ use crate::reference::Face;
 use crate::tree::{apply_updates, Tree};
 use crate::{Error, Result};
 
+/// Replay a `linesearch` case (SGD with backtracking on one of the fixture objectives) through
+/// the kernels of `face`, in the case's dtype, recording every comparison in `cmp`.
 pub fn replay(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
     match case.dtype {
         DType::F32 => objective::<f32>(case, cmp, face),

@@ -18,6 +18,9 @@ use serde_json::Value;
 /// file can demand (optax's default is 5; the iteration converges in well under 20).
 pub const MAX_NS_STEPS: usize = 100;
 
+/// Replay an `optimizer` case (Adam, RAdam or Muon) through the kernels of `face`, in the case's
+/// dtype, recording every comparison in `cmp`; a hyperparameter the reference does not take is a
+/// typed error, which fails the case.
 pub fn replay(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
     match case.dtype {
         DType::F32 => run::<f32>(case, cmp, face),

@@ -241,6 +241,9 @@ pub fn check_round_trip(
     Ok(())
 }
 
+/// Law: for every embedded method under PID control, solving forward then backward over the
+/// same interval returns to `y0` within the controller's tolerance ([`check_round_trip`]), and
+/// two identical constant-step solves give the same bits.
 pub fn round_trip(c: &PidCase) -> Result<(), String> {
     let p = pid(c)?;
     let field =

@@ -93,6 +93,8 @@ impl Default for TrainConfig {
 pub const MAX_BATCH: usize = 1 << 20;
 
 impl TrainConfig {
+    /// Every field in its range (batch `1..=`[`MAX_BATCH`], a finite positive learning rate, ...),
+    /// else [`crate::Error::InvalidHyper`] naming the first field out of range.
     pub fn validate(&self) -> Result<()> {
         ensure(
             (1..=MAX_BATCH).contains(&self.batch),

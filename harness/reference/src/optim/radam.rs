@@ -95,6 +95,8 @@ impl Rectification {
 }
 
 impl RadamHyper {
+    /// The moments' hyperparameters ([`super::AdamHyper::validate`]) and a finite threshold,
+    /// else [`crate::Error::InvalidHyper`] naming the field.
     pub fn validate(&self) -> Result<()> {
         self.moments.validate()?;
         ensure(

@@ -365,6 +365,8 @@ impl<'m, E: Float, P: CoeffPolicy> MuonStepper<'m, E, P> {
             last: UpdateInfo::default(),
         })
     }
+    /// One Muon step in place: `params += update(grads)`, the leaves dealt over the stepper's
+    /// shards; returns the update. The state advances only when the step succeeds.
     pub fn step(&mut self, params: &mut Tree<E>, grads: &Tree<E>) -> Result<Tree<E>> {
         let (u, s, info) = self.muon.update_sharded(
             grads,

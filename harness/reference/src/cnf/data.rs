@@ -465,12 +465,14 @@ mod tests {
         // 18 digits, once read as a width of 2 (the first 16 bytes) and a height of 22 (the rest)
         let mut split = b"P5\n000000000000000222\n255\n".to_vec();
         split.extend([0u8; 44]);
-        let e = ImageDensity::from_pgm(&split).err().expect("refused");
+        let Err(e) = ImageDensity::from_pgm(&split) else {
+            panic!("refused")
+        };
         assert!(e.contains("longer than 16 bytes"), "{e}");
         assert!(e.contains("0000000000000002"), "{e}");
-        let e = ImageDensity::from_pgm(b"P5\n99999999999999999999999 2\n255\n")
-            .err()
-            .expect("refused");
+        let Err(e) = ImageDensity::from_pgm(b"P5\n99999999999999999999999 2\n255\n") else {
+            panic!("refused")
+        };
         assert!(e.contains("longer than 16 bytes"), "{e}");
         // 16 bytes with leading zeros still read as the number
         let mut padded = b"P5\n0000000000000002 1\n255\n".to_vec();

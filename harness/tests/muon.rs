@@ -67,6 +67,17 @@ fn zero_gradient_law_catches_a_normalisation_without_eps() {
 }
 
 #[test]
+fn fixed_state_law_catches_coefficients_stored_back_through_f32() {
+    use harness::laws::muon::{muon_case, state_fixed_traces_iterations_with};
+    use harness::mutants::muon_ns::CoeffsThroughF32;
+    let c = caught("muon_state_fixed_traces_iterations", muon_case(), |c| {
+        state_fixed_traces_iterations_with(c, &|h| Muon::new(h).map(CoeffsThroughF32))
+    });
+    assert!(c.contains("ns_coeffs changed"), "{c}");
+    println!("{c}");
+}
+
+#[test]
 fn zero_gradient_gives_zero_update() {
     assert_law_holds("muon_zero_gradient_zero_update");
 }

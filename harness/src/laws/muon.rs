@@ -9,7 +9,7 @@ use crate::optim::muon::{
     coeffs, newton_schulz, orthogonalize_composed, CoeffPolicy, MuonStepper, NsPlan, PerUse,
     Sharding,
 };
-use crate::optim::{CoeffSpec, Jit, Muon, MuonHyper, Transform};
+use crate::optim::{CoeffSpec, Jit, Muon, MuonHyper, MuonState, Transform};
 use crate::stage::HasSignature;
 use crate::tolerance;
 use crate::tree::Tree;
@@ -165,16 +165,47 @@ fn err(e: crate::reference::Error) -> String {
 /// update; a jitted loop traces once; the planned stepper traces one workspace per distinct 2-D
 /// leaf signature; every Muon leaf runs the iterations its coefficients prescribe.
 pub fn state_fixed_traces_iterations(case: &MuonCase) -> Result<(), String> {
-    by_dtype!(float case.dtype, state_fixed_e(case), else unsupported_dtype(case.dtype))
+    state_fixed_traces_iterations_with(case, &Muon::new)
 }
 
-fn state_fixed_e<E: Float>(case: &MuonCase) -> Result<(), String> {
+/// A Muon-shaped transform in every float dtype, its state a [`MuonState`] in the dtype's
+/// accumulator (the reference's [`Muon`], or a planted one).
+pub trait MuonTransform:
+    Transform<half::f16, State = MuonState<f32>>
+    + Transform<f32, State = MuonState<f32>>
+    + Transform<f64, State = MuonState<f64>>
+{
+}
+impl<T> MuonTransform for T where
+    T: Transform<half::f16, State = MuonState<f32>>
+        + Transform<f32, State = MuonState<f32>>
+        + Transform<f64, State = MuonState<f64>>
+{
+}
+
+/// [`state_fixed_traces_iterations`] with `init` and the jitted `update` of the Muon `make`
+/// builds (state signature, coefficients, one trace); the planned stepper's traces and
+/// iteration counts are the reference's.
+pub fn state_fixed_traces_iterations_with<T: MuonTransform>(
+    case: &MuonCase,
+    make: &dyn Fn(MuonHyper) -> crate::reference::Result<T>,
+) -> Result<(), String> {
+    by_dtype!(float case.dtype, state_fixed_e[T](case, make), else unsupported_dtype(case.dtype))
+}
+
+fn state_fixed_e<E: Float, T: Transform<E, State = MuonState<E::Acc>>>(
+    case: &MuonCase,
+    make: &dyn Fn(MuonHyper) -> crate::reference::Result<T>,
+) -> Result<(), String> {
     let muon = Muon::new(case.hyper()).map_err(err)?;
     let mut params = tree::<E>(&case.shapes, case.seed, 1.0);
-    let state = muon.init(&params).map_err(err)?;
+    let state = make(case.hyper())
+        .map_err(err)?
+        .init(&params)
+        .map_err(err)?;
     let (sig0, c0) = (state.signature(), state.ns_coeffs.clone());
     let bits = |a: &Array<f64>| a.data().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let mut jit = Jit::new(Muon::new(case.hyper()).map_err(err)?).with_max_traces(1);
+    let mut jit = Jit::new(make(case.hyper()).map_err(err)?).with_max_traces(1);
     let mut stepper = MuonStepper::new(&muon, &params, Sharding::single()).map_err(err)?;
     let mut st = state;
     for t in 1..=case.steps {

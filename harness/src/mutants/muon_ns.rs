@@ -8,11 +8,13 @@
 //!   rounding, so only the bitwise transpose law catches it.
 //! - [`NormWithoutEps`] (a transform): the normalisation by the gradient's norm without its
 //!   `eps`, NaN for an all-zero gradient: the zero-gradient law catches it.
+//! - [`CoeffsThroughF32`] (a transform): the float64 coefficients stored back through f32 after
+//!   each update: the fixed-state law catches it.
 
 use crate::backend::{Array, Float, Real};
 use crate::laws::muon::{Planned, PlannedNs};
 use crate::optim::muon::orthogonalize_composed;
-use crate::optim::Transform;
+use crate::optim::{MuonState, Transform};
 use crate::reference::Result;
 use crate::tree::Tree;
 
@@ -126,6 +128,32 @@ impl<E: Float, T: Transform<E>> Transform<E> for NormWithoutEps<T> {
             };
             (k.to_string(), a)
         }))?;
+        Ok((u, next))
+    }
+}
+
+/// Muon (or any Muon-shaped transform) that stores its Newton–Schulz coefficients back rounded
+/// through f32 after every update (a cast of the state to the low-precision dtype that takes
+/// the float64 coefficients with it): the coefficients' bits change on the first step.
+#[derive(Debug, Clone)]
+pub struct CoeffsThroughF32<T>(pub T);
+
+impl<E: Float, T: Transform<E, State = MuonState<E::Acc>>> Transform<E> for CoeffsThroughF32<T> {
+    type State = T::State;
+    fn static_key(&self) -> u64 {
+        self.0.static_key()
+    }
+    fn init(&self, params: &Tree<E>) -> Result<Self::State> {
+        self.0.init(params)
+    }
+    fn update(
+        &self,
+        grads: &Tree<E>,
+        state: &Self::State,
+        params: &Tree<E>,
+    ) -> Result<(Tree<E>, Self::State)> {
+        let (u, mut next) = self.0.update(grads, state, params)?;
+        next.ns_coeffs = next.ns_coeffs.map(|c| c as f32 as f64);
         Ok((u, next))
     }
 }

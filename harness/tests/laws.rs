@@ -122,6 +122,143 @@ fn every_registered_law_has_a_test_or_runs_in_memory_binary() {
     }
 }
 
+/// Laws shown failing on a planted bug by a test of another shape than
+/// `planted_bug_caught("law", ..)` / `caught("law", ..)` or a row of `harness mutants`: the law,
+/// the test file and the test function.
+const FAILING_ELSEWHERE: &[(&str, &str, &str)] = &[
+    (
+        "cnf_linear_field_closed_form",
+        "cnf.rs",
+        "linear_law_catches_each_flow_mutation",
+    ),
+    (
+        "cnf_sample_then_evaluate",
+        "cnf.rs",
+        "round_trip_law_fails_when_evaluation_does_not_reverse_the_blocks",
+    ),
+    (
+        "cnf_density_normalised",
+        "cnf.rs",
+        "a_consistent_trace_sign_flip_passes_the_round_trip_but_not_normalisation",
+    ),
+    (
+        "cnf_exact_trace_matches_fd",
+        "cnf.rs",
+        "exact_trace_law_fails_on_a_trace_that_reads_one_diagonal_entry",
+    ),
+    (
+        "cnf_hutchinson_unbiased",
+        "cnf.rs",
+        "hutchinson_law_fails_on_probes_with_variance_one_third",
+    ),
+    (
+        "cnf_loss_gradient_matches_fd",
+        "cnf.rs",
+        "gradient_law_fails_when_the_trace_is_detached_from_the_tape",
+    ),
+    (
+        "cnf_hand_vjp_matches_tape",
+        "cnf.rs",
+        "hand_vjp_law_fails_when_the_hand_written_vjp_drops_the_trace_cotangent",
+    ),
+    (
+        "linesearch_value_along_matches_candidate",
+        "linesearch.rs",
+        "a_value_along_that_rounds_the_candidate_differently_is_caught_with_a_small_case",
+    ),
+    (
+        "ode_convergence_order",
+        "ode.rs",
+        "convergence_law_fails_on_a_midpoint_with_wrong_weights",
+    ),
+    (
+        "ode_step_control",
+        "ode.rs",
+        "step_control_law_fails_on_controllers_that_break_diffrax_rules",
+    ),
+    (
+        "ode_round_trip_and_reproducible",
+        "ode.rs",
+        "round_trip_law_fails_on_a_backward_solve_that_misses_y0",
+    ),
+    (
+        "ode_bad_input_is_typed_error",
+        "ode.rs",
+        "bad_input_law_fails_when_a_nan_state_is_accepted",
+    ),
+    (
+        "ode_grad_matches_finite_differences",
+        "ode.rs",
+        "finite_difference_law_fails_when_a_stage_drops_its_theta_term",
+    ),
+    (
+        "ode_grad_backward_matches_finite_differences",
+        "ode.rs",
+        "backward_finite_difference_law_fails_when_a_stage_drops_its_theta_term",
+    ),
+    (
+        "ode_grad_checkpointed_equals_full_tape",
+        "ode.rs",
+        "bitwise_law_fails_on_checkpoints_rounded_to_f32",
+    ),
+    (
+        "ode_grad_checkpoint_memory_bound",
+        "memory.rs",
+        "ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound",
+    ),
+    (
+        "stack_scan_memory_flat",
+        "memory.rs",
+        "stack_scan_memory_law_catches_a_scan_that_keeps_every_activation",
+    ),
+    (
+        "stack_chunked_within_one_percent",
+        "memory.rs",
+        "stack_vmap_fp32_mutant_is_caught_and_prints_the_measured_ratio",
+    ),
+    (
+        "moment_state_signature_fixed",
+        "subjects.rs",
+        "each_optimizer_law_fails_on_its_planted_bug_with_a_small_counterexample",
+    ),
+];
+
+#[test]
+fn every_registered_law_is_shown_failing_on_a_planted_bug() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let source = |file: &str| -> String {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        text.chars().filter(|c| !c.is_whitespace()).collect()
+    };
+    let mut all = String::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "rs") {
+            all += &source(p.file_name().unwrap().to_str().unwrap());
+        }
+    }
+    let mutant_laws: Vec<&str> = harness::mutants::registry().iter().map(|m| m.law).collect();
+    for (law, file, test) in FAILING_ELSEWHERE {
+        assert!(
+            source(file).contains(&format!("fn{test}(")),
+            "{law}: no test `{test}` in tests/{file}"
+        );
+    }
+    let missing: Vec<&str> = laws::registry()
+        .iter()
+        .map(|l| l.name)
+        .filter(|name| {
+            !all.contains(&format!("caught(\"{name}\""))
+                && !mutant_laws.contains(name)
+                && !FAILING_ELSEWHERE.iter().any(|(l, ..)| l == name)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "laws with no test showing them fail on a planted bug: {missing:?}"
+    );
+}
+
 #[test]
 fn radam_unsafe_where_mutant_is_caught_with_small_counterexample() {
     let reports = harness::mutants::run_all(Some("radam-unsafe-where"));

@@ -101,36 +101,48 @@ impl PlannedNs for TallSideComposed {
 #[derive(Debug, Clone)]
 pub struct NormWithoutEps<T>(pub T);
 
-impl<E: Float, T: Transform<E>> Transform<E> for NormWithoutEps<T> {
-    type State = T::State;
-    fn static_key(&self) -> u64 {
-        self.0.static_key()
-    }
-    fn init(&self, params: &Tree<E>) -> Result<Self::State> {
-        self.0.init(params)
-    }
-    fn update(
-        &self,
-        grads: &Tree<E>,
-        state: &Self::State,
-        params: &Tree<E>,
-    ) -> Result<(Tree<E>, Self::State)> {
-        let (u, next) = self.0.update(grads, state, params)?;
-        let nan = E::of_f64(f64::NAN);
-        let u = Tree::from_leaves(u.iter().map(|(k, a)| {
-            let zero = grads
-                .get(k)
-                .is_some_and(|g| g.data().iter().all(|v| v.as_f64() == 0.0));
-            let a = if zero && !a.data().is_empty() {
-                a.map(|_| nan)
-            } else {
-                a.clone()
-            };
-            (k.to_string(), a)
-        }))?;
-        Ok((u, next))
-    }
+/// `Transform<E>` for a wrapper `$wrapper<T>(T)` of a transform `T` (bounded by `$bound`): the
+/// wrapped transform's `init` and `update`, then `$mistake` on the gradient, the update and the
+/// next state.
+macro_rules! after_the_update {
+    ($wrapper:ident, [$($bound:tt)*], |$grads:ident, $u:ident, $next:ident| $mistake:block) => {
+        impl<E: Float, T: $($bound)*> Transform<E> for $wrapper<T> {
+            type State = T::State;
+            fn static_key(&self) -> u64 {
+                self.0.static_key()
+            }
+            fn init(&self, params: &Tree<E>) -> Result<Self::State> {
+                self.0.init(params)
+            }
+            fn update(
+                &self,
+                $grads: &Tree<E>,
+                state: &Self::State,
+                params: &Tree<E>,
+            ) -> Result<(Tree<E>, Self::State)> {
+                #[allow(unused_mut)]
+                let (mut $u, mut $next) = self.0.update($grads, state, params)?;
+                $mistake
+                Ok(($u, $next))
+            }
+        }
+    };
 }
+
+after_the_update!(NormWithoutEps, [Transform<E>], |grads, u, next| {
+    let nan = E::of_f64(f64::NAN);
+    u = Tree::from_leaves(u.iter().map(|(k, a)| {
+        let zero = grads
+            .get(k)
+            .is_some_and(|g| g.data().iter().all(|v| v.as_f64() == 0.0));
+        let a = if zero && !a.data().is_empty() {
+            a.map(|_| nan)
+        } else {
+            a.clone()
+        };
+        (k.to_string(), a)
+    }))?;
+});
 
 /// Muon (or any Muon-shaped transform) that stores its Newton–Schulz coefficients back rounded
 /// through f32 after every update (a cast of the state to the low-precision dtype that takes
@@ -138,22 +150,10 @@ impl<E: Float, T: Transform<E>> Transform<E> for NormWithoutEps<T> {
 #[derive(Debug, Clone)]
 pub struct CoeffsThroughF32<T>(pub T);
 
-impl<E: Float, T: Transform<E, State = MuonState<E::Acc>>> Transform<E> for CoeffsThroughF32<T> {
-    type State = T::State;
-    fn static_key(&self) -> u64 {
-        self.0.static_key()
-    }
-    fn init(&self, params: &Tree<E>) -> Result<Self::State> {
-        self.0.init(params)
-    }
-    fn update(
-        &self,
-        grads: &Tree<E>,
-        state: &Self::State,
-        params: &Tree<E>,
-    ) -> Result<(Tree<E>, Self::State)> {
-        let (u, mut next) = self.0.update(grads, state, params)?;
+after_the_update!(
+    CoeffsThroughF32,
+    [Transform<E, State = MuonState<E::Acc>>],
+    |grads, u, next| {
         next.ns_coeffs = next.ns_coeffs.map(|c| c as f32 as f64);
-        Ok((u, next))
     }
-}
+);

@@ -259,3 +259,35 @@ pub fn conformance(dtype: DType) -> Tol {
         DType::F16 => for_dtype(DType::F16),
     }
 }
+
+/// Significant decimal digits a number keeps in the reviewed snapshots
+/// (`tests/snapshots/*.snap`; see [`snapshot_rounded`]).
+///
+/// Snapshots pin numerics by review, not by a bound with a derivation: a change that shows in a
+/// snapshot is one a person looks at with `cargo insta review`. Six digits are below f32's
+/// precision (24 bits, about 7.2 digits), so a change of a few ulp in an f32 value usually leaves
+/// its snapshot alone (it shows only when the value lies near a rounding boundary of the sixth
+/// digit), while any change of 1e-5 relative or more shows. The same six digits are used for f16
+/// values (which they hold exactly) and f64 ones, where an f64 change below 1e-6 relative is left
+/// to the bitwise laws (1 and 2 threads, fast and composed forms, same seed) and to the golden
+/// cases against the real libraries, which compare at [`conformance`]'s f64 tolerance.
+pub const SNAPSHOT_DIGITS: i32 = 6;
+
+/// `x` rounded to [`SNAPSHOT_DIGITS`] significant decimal digits (half away from zero); zero,
+/// infinities and NaN as they are.
+///
+/// ```
+/// use harness::tolerance::snapshot_rounded;
+/// assert_eq!(snapshot_rounded(3.14159265), 3.14159);
+/// assert_eq!(snapshot_rounded(-0.000123456789), -0.000123457);
+/// assert_eq!(snapshot_rounded(0.0), 0.0);
+/// assert!(snapshot_rounded(f64::NAN).is_nan());
+/// ```
+pub fn snapshot_rounded(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    // scale so that the digits kept are the integer part: 10^(digits - 1 - floor(log10 |x|))
+    let s = 10f64.powi(SNAPSHOT_DIGITS - 1 - x.abs().log10().floor() as i32);
+    (x * s).round() / s
+}

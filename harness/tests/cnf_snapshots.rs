@@ -8,14 +8,7 @@ use harness::cnf::data::Dataset;
 use harness::cnf::train::{TrainConfig, Trainer};
 use harness::cnf::{flow, CnfConfig, CnfParams, Probe, TraceEstimator};
 
-/// Round to 6 significant digits so snapshots survive last-bit changes but not real ones.
-fn r6(x: f64) -> f64 {
-    if x == 0.0 || !x.is_finite() {
-        return x;
-    }
-    let s = 10f64.powi(5 - x.abs().log10().floor() as i32);
-    (x * s).round() / s
-}
+use harness::tolerance::snapshot_rounded;
 
 const POINTS: [f64; 10] = [0.0, 0.0, 1.0, -0.5, -2.0, 1.5, 0.3, 3.0, -4.0, -4.0];
 
@@ -53,9 +46,12 @@ fn log_likelihoods_of_a_fixed_model_match_the_reviewed_snapshot() {
         "log_likelihoods_of_a_fixed_model",
         LogLik {
             model: "init seed 0, 2 blocks, width 8, depth 2, Tsit5 dt0 0.05 on [0, 0.5]".into(),
-            exact_f64: exact.iter().map(|&v| r6(v)).collect(),
-            exact_f32: exact32.iter().map(|&v| r6(v as f64)).collect(),
-            hutchinson_rademacher_f64: hutch.iter().map(|&v| r6(v)).collect(),
+            exact_f64: exact.iter().map(|&v| snapshot_rounded(v)).collect(),
+            exact_f32: exact32
+                .iter()
+                .map(|&v| snapshot_rounded(v as f64))
+                .collect(),
+            hutchinson_rademacher_f64: hutch.iter().map(|&v| snapshot_rounded(v)).collect(),
         }
     );
 }
@@ -79,7 +75,7 @@ fn first_training_losses_of_a_fixed_seed() {
     for _ in 0..8 {
         let (next, l) = t.step(&s).unwrap();
         s = next;
-        losses.push(r6(l));
+        losses.push(snapshot_rounded(l));
     }
     insta::assert_json_snapshot!(losses);
 }
@@ -100,7 +96,9 @@ fn first_points_of_every_data_set_stream() {
     let points = |d: Dataset| {
         let mut out = vec![0.0; 16];
         d.sample_into(7, 0, &mut out);
-        out.chunks_exact(2).map(|p| [r6(p[0]), r6(p[1])]).collect()
+        out.chunks_exact(2)
+            .map(|p| [snapshot_rounded(p[0]), snapshot_rounded(p[1])])
+            .collect()
     };
     insta::assert_json_snapshot!(Streams {
         two_moons: points(Dataset::TwoMoons),

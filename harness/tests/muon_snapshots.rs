@@ -14,13 +14,7 @@ use harness::optim::{CoeffSpec, Muon, MuonHyper, Transform};
 use harness::stage::HasSignature;
 use harness::tree::{apply_updates, Tree};
 
-fn r6(x: f64) -> f64 {
-    if x == 0.0 || !x.is_finite() {
-        return x;
-    }
-    let s = 10f64.powi(5 - x.abs().log10().floor() as i32);
-    (x * s).round() / s
-}
+use harness::tolerance::snapshot_rounded;
 
 #[test]
 fn singular_value_bands_per_preset() {
@@ -65,8 +59,8 @@ fn singular_value_bands_per_preset() {
         rows.push(serde_json::json!({
             "preset": preset,
             "band": [band.0, band.1],
-            "polynomial_range": [r6(pmin), r6(pmax)],
-            "observed_gaussian_range": [r6(omin), r6(omax)],
+            "polynomial_range": [snapshot_rounded(pmin), snapshot_rounded(pmax)],
+            "observed_gaussian_range": [snapshot_rounded(omin), snapshot_rounded(omax)],
         }));
     }
     insta::assert_json_snapshot!(rows);
@@ -99,7 +93,11 @@ fn first_updates<E: Float>(preset: &str) -> serde_json::Value {
         p = apply_updates(&p, &u).unwrap();
         s = ns;
         for (n, a) in u.iter() {
-            let v: Vec<f64> = a.data().iter().map(|x| r6(x.as_f64())).collect();
+            let v: Vec<f64> = a
+                .data()
+                .iter()
+                .map(|x| snapshot_rounded(x.as_f64()))
+                .collect();
             out.entry(n.clone())
                 .or_insert_with(|| serde_json::json!([]))
                 .as_array_mut()

@@ -10,14 +10,7 @@ use harness::optim::{self, AdamHyper, RadamHyper, Selection, Transform};
 use harness::stage::HasSignature;
 use harness::tree::{apply_updates, Tree};
 
-/// Round to 6 significant digits so snapshots survive last-bit changes but not real ones.
-fn r6(x: f64) -> f64 {
-    if x == 0.0 || !x.is_finite() {
-        return x;
-    }
-    let s = 10f64.powi(5 - x.abs().log10().floor() as i32);
-    (x * s).round() / s
-}
+use harness::tolerance::snapshot_rounded;
 
 #[derive(serde::Serialize)]
 struct ScheduleRow {
@@ -43,7 +36,7 @@ fn radam_branch_schedule_for_several_b2() {
             let steps = 1..=12;
             ScheduleRow {
                 b2,
-                rho_inf: r6(h.rho_inf()),
+                rho_inf: snapshot_rounded(h.rho_inf()),
                 rectified_steps: steps
                     .clone()
                     .filter(|&t| h.rectification(t).rectified)
@@ -52,7 +45,9 @@ fn radam_branch_schedule_for_several_b2() {
                     .clone()
                     .filter(|&t| h.rectification(t).r.is_nan())
                     .collect(),
-                r_t: steps.map(|t| r6(h.rectification(t).r_where())).collect(),
+                r_t: steps
+                    .map(|t| snapshot_rounded(h.rectification(t).r_where()))
+                    .collect(),
             }
         })
         .collect();
@@ -83,7 +78,7 @@ fn first_updates<E: Float, T: Transform<E>>(opt: T) -> Vec<Vec<f64>> {
                 .unwrap()
                 .data()
                 .iter()
-                .map(|x| r6(x.as_f64()))
+                .map(|x| snapshot_rounded(x.as_f64()))
                 .collect()
         })
         .collect()
@@ -141,8 +136,8 @@ fn linesearch_run<O: harness::optim::linesearch::Objective<f64> + 'static>(
         let (v, g) = f.value_and_grad(&x).unwrap();
         let (u, s) = staged.update(&g, &state, &x, v, &g, f).unwrap();
         x = apply_updates(&x, &u).unwrap();
-        values.push(r6(v));
-        lrs.push(r6(s.1.learning_rate.value));
+        values.push(snapshot_rounded(v));
+        lrs.push(snapshot_rounded(s.1.learning_rate.value));
         evals.push(s.1.info.num_linesearch_steps.value);
         state = s;
     }

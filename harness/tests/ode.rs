@@ -3,7 +3,7 @@
 harness::install_counting_allocator!();
 
 mod common;
-use common::assert_law_holds;
+use common::{assert_law_holds, planted_bug_caught};
 use harness::laws;
 use harness::ode::Integration;
 use harness::ode::{
@@ -139,6 +139,35 @@ fn bad_input_law_fails_when_a_nan_state_is_accepted() {
         laws::ode::check_bad_input(&b, &accepted).unwrap_err(),
         "bad input was accepted"
     );
+}
+
+#[test]
+fn step_control_law_catches_a_controller_that_lets_a_step_shrink_after_acceptance() {
+    use harness::mutants::ode_solvers::ShrinksAfterAccept;
+    let c = planted_bug_caught("ode_step_control", laws::ode::pid_case(), |c| {
+        laws::ode::step_control_with(c, &ShrinksAfterAccept)
+    });
+    // caught on the first embedded method, on a forward solve
+    assert!(c.starts_with("heun step "), "{c}");
+    assert!(c.contains("followed by a shorter"), "{c}");
+    assert!(c.contains("backward: false"), "{c}");
+}
+
+#[test]
+fn step_control_law_catches_a_solver_that_accepts_errors_below_one_over_safety() {
+    use harness::mutants::ode_solvers::SafetyInTheAcceptanceTest;
+    let c = planted_bug_caught("ode_step_control", laws::ode::pid_case(), |c| {
+        laws::ode::step_control_with(c, &SafetyInTheAcceptanceTest)
+    });
+    let scaled_error: f64 = c
+        .split("accepted with scaled error ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no accepted scaled error in: {c}"));
+    // the shrunk case has safety 0.5: errors in [1, 2) pass the planted test
+    assert!(c.contains("safety: 0.5"), "{c}");
+    assert!((1.0..2.0).contains(&scaled_error), "{c}");
 }
 
 #[derive(serde::Serialize)]

@@ -172,11 +172,6 @@ const FAILING_ELSEWHERE: &[(&str, &str, &str)] = &[
         "convergence_law_fails_on_a_midpoint_with_wrong_weights",
     ),
     (
-        "ode_round_trip_and_reproducible",
-        "ode.rs",
-        "round_trip_law_fails_on_a_backward_solve_that_misses_y0",
-    ),
-    (
         "ode_bad_input_is_typed_error",
         "ode.rs",
         "bad_input_law_fails_when_a_nan_state_is_accepted",

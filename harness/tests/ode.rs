@@ -170,6 +170,35 @@ fn step_control_law_catches_a_solver_that_accepts_errors_below_one_over_safety()
     assert!((1.0..2.0).contains(&scaled_error), "{c}");
 }
 
+#[test]
+fn round_trip_law_catches_a_backward_solve_run_forward_over_the_sorted_interval() {
+    use harness::mutants::ode_solvers::BackwardWithoutTimeReversal;
+    let c = planted_bug_caught(
+        "ode_round_trip_and_reproducible",
+        laws::ode::pid_case(),
+        |c| laws::ode::round_trip_with(c, &BackwardWithoutTimeReversal),
+    );
+    assert!(c.contains("round trip missed y0 by"), "{c}");
+}
+
+#[test]
+fn round_trip_law_catches_a_stage_sum_order_that_changes_from_one_call_to_the_next() {
+    use harness::mutants::ode_solvers::StageSumOrderFromCallCount;
+    let planted = StageSumOrderFromCallCount::default();
+    let c = planted_bug_caught(
+        "ode_round_trip_and_reproducible",
+        laws::ode::pid_case(),
+        |c| laws::ode::round_trip_with(c, &planted),
+    );
+    // the round trip itself holds (a reordered sum moves the state by rounding only): the
+    // reproducibility half catches it
+    assert!(
+        c.contains("constant-step solve not bitwise reproducible"),
+        "{c}"
+    );
+    assert!(c.contains("y_final["), "{c}");
+}
+
 #[derive(serde::Serialize)]
 struct StepSequence {
     solver: String,

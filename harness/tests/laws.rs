@@ -172,11 +172,6 @@ const FAILING_ELSEWHERE: &[(&str, &str, &str)] = &[
         "convergence_law_fails_on_a_midpoint_with_wrong_weights",
     ),
     (
-        "ode_bad_input_is_typed_error",
-        "ode.rs",
-        "bad_input_law_fails_when_a_nan_state_is_accepted",
-    ),
-    (
         "ode_grad_matches_finite_differences",
         "ode.rs",
         "finite_difference_law_fails_when_a_stage_drops_its_theta_term",

@@ -199,6 +199,18 @@ fn round_trip_law_catches_a_stage_sum_order_that_changes_from_one_call_to_the_ne
     assert!(c.contains("y_final["), "{c}");
 }
 
+#[test]
+fn bad_input_law_catches_a_solver_that_skips_its_input_checks() {
+    use harness::mutants::ode_solvers::SkipsInputValidation;
+    let c = planted_bug_caught(
+        "ode_bad_input_is_typed_error",
+        laws::ode::bad_input(),
+        |b| laws::ode::bad_input_is_typed_error_with(b, &SkipsInputValidation),
+    );
+    assert!(c.starts_with("bad input was accepted\n"), "{c}");
+    assert!(c.contains("y0: NaN"), "{c}");
+}
+
 #[derive(serde::Serialize)]
 struct StepSequence {
     solver: String,

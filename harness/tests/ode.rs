@@ -211,6 +211,18 @@ fn bad_input_law_catches_a_solver_that_skips_its_input_checks() {
     assert!(c.contains("y0: NaN"), "{c}");
 }
 
+#[test]
+fn solve_half_of_the_face_law_catches_a_constant_step_solve_that_stops_at_the_last_whole_step() {
+    use harness::mutants::ode_solvers::StopsAtTheLastWholeStep;
+    let c = planted_bug_caught("ode_step_faces_agree", laws::ode::face_case(), |c| {
+        laws::ode::solve_faces_agree_with(c, &StopsAtTheLastWholeStep)
+    });
+    // the step ends move: the shrunk case is one state of a constant-step solve
+    assert!(c.contains(": ts["), "{c}");
+    assert!(c.contains("rtol: None"), "{c}");
+    assert!(c.contains("y0: [0.0]"), "{c}");
+}
+
 #[derive(serde::Serialize)]
 struct StepSequence {
     solver: String,

@@ -172,21 +172,6 @@ const FAILING_ELSEWHERE: &[(&str, &str, &str)] = &[
         "convergence_law_fails_on_a_midpoint_with_wrong_weights",
     ),
     (
-        "ode_step_control",
-        "ode.rs",
-        "step_control_law_fails_on_controllers_that_break_diffrax_rules",
-    ),
-    (
-        "ode_round_trip_and_reproducible",
-        "ode.rs",
-        "round_trip_law_fails_on_a_backward_solve_that_misses_y0",
-    ),
-    (
-        "ode_bad_input_is_typed_error",
-        "ode.rs",
-        "bad_input_law_fails_when_a_nan_state_is_accepted",
-    ),
-    (
         "ode_grad_matches_finite_differences",
         "ode.rs",
         "finite_difference_law_fails_when_a_stage_drops_its_theta_term",

@@ -3,7 +3,7 @@
 harness::install_counting_allocator!();
 
 mod common;
-use common::assert_law_holds;
+use common::{assert_law_holds, planted_bug_caught};
 use harness::laws;
 use harness::ode::Integration;
 use harness::ode::{
@@ -139,6 +139,88 @@ fn bad_input_law_fails_when_a_nan_state_is_accepted() {
         laws::ode::check_bad_input(&b, &accepted).unwrap_err(),
         "bad input was accepted"
     );
+}
+
+#[test]
+fn step_control_law_catches_a_controller_that_lets_a_step_shrink_after_acceptance() {
+    use harness::mutants::ode_solvers::ShrinksAfterAccept;
+    let c = planted_bug_caught("ode_step_control", laws::ode::pid_case(), |c| {
+        laws::ode::step_control_with(c, &ShrinksAfterAccept)
+    });
+    // caught on the first embedded method, on a forward solve
+    assert!(c.starts_with("heun step "), "{c}");
+    assert!(c.contains("followed by a shorter"), "{c}");
+    assert!(c.contains("backward: false"), "{c}");
+}
+
+#[test]
+fn step_control_law_catches_a_solver_that_accepts_errors_below_one_over_safety() {
+    use harness::mutants::ode_solvers::SafetyInTheAcceptanceTest;
+    let c = planted_bug_caught("ode_step_control", laws::ode::pid_case(), |c| {
+        laws::ode::step_control_with(c, &SafetyInTheAcceptanceTest)
+    });
+    let scaled_error: f64 = c
+        .split("accepted with scaled error ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no accepted scaled error in: {c}"));
+    // the shrunk case has safety 0.5: errors in [1, 2) pass the planted test
+    assert!(c.contains("safety: 0.5"), "{c}");
+    assert!((1.0..2.0).contains(&scaled_error), "{c}");
+}
+
+#[test]
+fn round_trip_law_catches_a_backward_solve_run_forward_over_the_sorted_interval() {
+    use harness::mutants::ode_solvers::BackwardWithoutTimeReversal;
+    let c = planted_bug_caught(
+        "ode_round_trip_and_reproducible",
+        laws::ode::pid_case(),
+        |c| laws::ode::round_trip_with(c, &BackwardWithoutTimeReversal),
+    );
+    assert!(c.contains("round trip missed y0 by"), "{c}");
+}
+
+#[test]
+fn round_trip_law_catches_a_stage_sum_order_that_changes_from_one_call_to_the_next() {
+    use harness::mutants::ode_solvers::StageSumOrderFromCallCount;
+    let planted = StageSumOrderFromCallCount::default();
+    let c = planted_bug_caught(
+        "ode_round_trip_and_reproducible",
+        laws::ode::pid_case(),
+        |c| laws::ode::round_trip_with(c, &planted),
+    );
+    // the round trip itself holds (a reordered sum moves the state by rounding only): the
+    // reproducibility half catches it
+    assert!(
+        c.contains("constant-step solve not bitwise reproducible"),
+        "{c}"
+    );
+    assert!(c.contains("y_final["), "{c}");
+}
+
+#[test]
+fn bad_input_law_catches_a_solver_that_skips_its_input_checks() {
+    use harness::mutants::ode_solvers::SkipsInputValidation;
+    let c = planted_bug_caught(
+        "ode_bad_input_is_typed_error",
+        laws::ode::bad_input(),
+        |b| laws::ode::bad_input_is_typed_error_with(b, &SkipsInputValidation),
+    );
+    assert!(c.starts_with("bad input was accepted\n"), "{c}");
+    assert!(c.contains("y0: NaN"), "{c}");
+}
+
+#[test]
+fn solve_half_of_the_face_law_catches_a_constant_step_solve_that_stops_at_the_last_whole_step() {
+    use harness::mutants::ode_solvers::StopsAtTheLastWholeStep;
+    let c = planted_bug_caught("ode_step_faces_agree", laws::ode::face_case(), |c| {
+        laws::ode::solve_faces_agree_with(c, &StopsAtTheLastWholeStep)
+    });
+    // the step ends move: the shrunk case is one state of a constant-step solve
+    assert!(c.contains(": ts["), "{c}");
+    assert!(c.contains("rtol: None"), "{c}");
+    assert!(c.contains("y0: [0.0]"), "{c}");
 }
 
 #[derive(serde::Serialize)]

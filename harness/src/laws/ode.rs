@@ -10,7 +10,9 @@ use crate::ode::grad::{self, DiffField, GradMode, Gradient};
 use crate::ode::stepper::RkStep;
 use crate::ode::Integration;
 use crate::ode::Tableau;
-use crate::ode::{solve, solve_observed, Controller, Pid, SolveOptions, Solver, StepEvent};
+use crate::ode::{
+    solve, solve_observed, Controller, Pid, Solution, SolveOptions, Solver, StepEvent, VectorField,
+};
 use crate::reference::Face;
 use crate::tolerance;
 use proptest::prelude::*;
@@ -105,7 +107,10 @@ pub struct PidCase {
     pub backward: bool,
 }
 
-fn pid_case() -> impl Strategy<Value = PidCase> {
+/// PID runs on [`rotation_case`]'s problems: tolerances `1e-3`, `1e-6` or in `[1e-8, 1e-2)`,
+/// I-control or one of two PI settings, `factormin` in `[0.1, 0.5)`, `safety` in
+/// `[0.5, 0.95)`, forward or backward.
+pub fn pid_case() -> impl Strategy<Value = PidCase> {
     (
         rotation_case(),
         prop_oneof![Just(1e-3), Just(1e-6), 1e-8f64..1e-2],
@@ -136,6 +141,36 @@ fn pid(c: &PidCase) -> Result<Pid, String> {
             .safety(c.safety)
     })()
     .map_err(|e: crate::reference::Error| e.to_string())
+}
+
+/// A whole solve under test, called as the reference's [`solve_observed`] is: a field, the
+/// method, controller, interval and options of `integration`, `y0`, and an observer told of
+/// every attempted step. The step-control, round-trip, bad-input and solve-face laws run it.
+pub trait SolveSubject {
+    /// Solve `field` from `y0` as `integration` says, calling `observer` after every attempted
+    /// step; bad input must be an `Err`.
+    fn solve<A: Real>(
+        &self,
+        field: &dyn VectorField<A>,
+        integration: &Integration<'_, A>,
+        y0: &[A],
+        observer: &mut dyn FnMut(&StepEvent<A>),
+    ) -> crate::reference::Result<Solution<A>>;
+}
+
+/// The reference solve, [`solve_observed`].
+pub struct ReferenceSolve;
+
+impl SolveSubject for ReferenceSolve {
+    fn solve<A: Real>(
+        &self,
+        field: &dyn VectorField<A>,
+        integration: &Integration<'_, A>,
+        y0: &[A],
+        observer: &mut dyn FnMut(&StepEvent<A>),
+    ) -> crate::reference::Result<Solution<A>> {
+        solve_observed(field, integration, y0, |e| observer(e))
+    }
 }
 
 /// The verdict of [`step_control`] on the attempted steps of one solve ending at `t1`
@@ -184,6 +219,12 @@ pub fn check_step_events(
 /// (unless clipped to end at `t1`); after a rejected one it shrinks by a factor in
 /// `[factormin, safety]` (relative slack 1e-9 for the rounding of `t + dt`).
 pub fn step_control(c: &PidCase) -> Result<(), String> {
+    step_control_with(c, &ReferenceSolve)
+}
+
+/// [`step_control`] on `subject`'s solves: every embedded method under the case's PID
+/// controller, the attempted steps judged by [`check_step_events`].
+pub fn step_control_with<S: SolveSubject>(c: &PidCase, subject: &S) -> Result<(), String> {
     let p = pid(c)?;
     let field =
         Linear::damped_rotation(c.problem.alpha, c.problem.omega).map_err(|e| e.to_string())?;
@@ -199,11 +240,11 @@ pub fn step_control(c: &PidCase) -> Result<(), String> {
         let mut events: Vec<StepEvent<f64>> = Vec::new();
         // Running out of `max_steps` is not a control-law violation (some PI settings crawl on
         // low-order methods); the invariants are still checked on every step taken.
-        let finished = match solve_observed(
+        let finished = match subject.solve(
             &field,
             &Integration::new(&solver.tableau(), &Controller::Pid(p), t0, t1),
             &c.problem.y0,
-            |e| events.push(*e),
+            &mut |e| events.push(*e),
         ) {
             Ok(_) => true,
             Err(crate::reference::Error::MaxStepsExceeded { .. }) => false,
@@ -245,6 +286,12 @@ pub fn check_round_trip(
 /// same interval returns to `y0` within the controller's tolerance ([`check_round_trip`]), and
 /// two identical constant-step solves give the same bits.
 pub fn round_trip(c: &PidCase) -> Result<(), String> {
+    round_trip_with(c, &ReferenceSolve)
+}
+
+/// [`round_trip`] on `subject`'s solves: both halves, the round trip and the bitwise
+/// reproducibility of a constant-step solve.
+pub fn round_trip_with<S: SolveSubject>(c: &PidCase, subject: &S) -> Result<(), String> {
     let p = pid(c)?;
     let field =
         Linear::damped_rotation(c.problem.alpha, c.problem.omega).map_err(|e| e.to_string())?;
@@ -253,20 +300,21 @@ pub fn round_trip(c: &PidCase) -> Result<(), String> {
         save_steps: false,
         ..Default::default()
     };
+    let run = |integration: &Integration<'_, f64>, y0: &[f64]| {
+        subject.solve(&field, integration, y0, &mut |_| {})
+    };
     for solver in Solver::ALL
         .into_iter()
         .filter(|s| s.tableau().b_err().is_some())
     {
         let tab = solver.tableau();
         let ctl = Controller::Pid(p);
-        let (fwd, back) = match solve(
-            &field,
+        let (fwd, back) = match run(
             &Integration::new(&tab, &ctl, 0.0, t1).with_options(opts),
             &c.problem.y0,
         )
         .and_then(|f| {
-            solve(
-                &field,
+            run(
                 &Integration::new(&tab, &ctl, t1, 0.0).with_options(opts),
                 &f.y_final,
             )
@@ -279,25 +327,17 @@ pub fn round_trip(c: &PidCase) -> Result<(), String> {
         let steps = fwd.stats.num_accepted_steps + back.stats.num_accepted_steps;
         check_round_trip(solver.name(), &c.problem.y0, &back.y_final, &p, steps)?;
         let ctl = Controller::constant(t1 / 7.0).map_err(|e| e.to_string())?;
-        let a = solve(
-            &field,
-            &Integration::new(&tab, &ctl, 0.0, t1).with_options(opts),
-            &c.problem.y0,
-        )
-        .map_err(|e| e.to_string())?;
-        let b = solve(
-            &field,
-            &Integration::new(&tab, &ctl, 0.0, t1).with_options(opts),
-            &c.problem.y0,
-        )
-        .map_err(|e| e.to_string())?;
-        if a.y_final
-            .iter()
-            .zip(&b.y_final)
-            .any(|(x, y)| x.to_bits() != y.to_bits())
+        let constant = Integration::new(&tab, &ctl, 0.0, t1).with_options(opts);
+        let a = run(&constant, &c.problem.y0).map_err(|e| e.to_string())?;
+        let b = run(&constant, &c.problem.y0).map_err(|e| e.to_string())?;
+        let differs = a.y_final.iter().zip(&b.y_final);
+        if let Some((i, (x, y))) = differs
+            .enumerate()
+            .find(|(_, (x, y))| x.to_bits() != y.to_bits())
         {
             return Err(format!(
-                "{solver}: constant-step solve not bitwise reproducible"
+                "{solver}: constant-step solve not bitwise reproducible: y_final[{i}] = {x:?}, \
+                 then {y:?}"
             ));
         }
     }
@@ -328,7 +368,9 @@ fn weird() -> impl Strategy<Value = f64> {
     ]
 }
 
-fn bad_input() -> impl Strategy<Value = BadInput> {
+/// [`BadInput`]s: every field drawn from NaN, +-inf, 0, +-1 and `[-1e3, 1e3)`, the state empty
+/// or not, a constant or a PID controller.
+pub fn bad_input() -> impl Strategy<Value = BadInput> {
     (
         weird(),
         weird(),
@@ -352,6 +394,14 @@ fn bad_input() -> impl Strategy<Value = BadInput> {
 /// Non-finite `y0` or times, `dt0` zero/non-finite/of the wrong sign, tolerances `<= 0` and an
 /// empty state give a typed error; nothing panics and nothing loops for ever (`max_steps` 256).
 pub fn bad_input_is_typed_error(b: &BadInput) -> Result<(), String> {
+    bad_input_is_typed_error_with(b, &ReferenceSolve)
+}
+
+/// [`bad_input_is_typed_error`] on `subject`'s solve (Tsit5), judged by [`check_bad_input`].
+pub fn bad_input_is_typed_error_with<S: SolveSubject>(
+    b: &BadInput,
+    subject: &S,
+) -> Result<(), String> {
     let field = |_t: f64, y: &[f64], dy: &mut [f64]| {
         for (d, v) in dy.iter_mut().zip(y) {
             *d = -v;
@@ -375,10 +425,11 @@ pub fn bad_input_is_typed_error(b: &BadInput) -> Result<(), String> {
         ..Default::default()
     };
     let r = ctl.and_then(|c| {
-        solve(
+        subject.solve(
             &field,
             &Integration::new(&Solver::Tsit5.tableau(), &c, b.t0, b.t1).with_options(opts),
             &y0,
+            &mut |_| {},
         )
     });
     check_bad_input(b, &r)
@@ -1021,10 +1072,16 @@ fn step_faces_agree_e<A: Real, S: StepSubject>(c: &FaceCase, subject: &S) -> Res
 /// their times and states, and the counts) bit for bit: the error norm and the controller
 /// included.
 pub fn solve_faces_agree(c: &FaceCase) -> Result<(), String> {
-    by_dtype!(real c.dtype(), solve_faces_agree_e(c), else Err("unreachable dtype".into()))
+    solve_faces_agree_with(c, &ReferenceSolve)
 }
 
-fn solve_faces_agree_e<A: Real>(c: &FaceCase) -> Result<(), String> {
+/// [`solve_faces_agree`] with `subject` solving in the fast face: its whole solve of the case
+/// equals the reference's solve in the dfdx face bit for bit.
+pub fn solve_faces_agree_with<S: SolveSubject>(c: &FaceCase, subject: &S) -> Result<(), String> {
+    by_dtype!(real c.dtype(), solve_faces_agree_e[S](c, subject), else Err("unreachable dtype".into()))
+}
+
+fn solve_faces_agree_e<A: Real, S: SolveSubject>(c: &FaceCase, subject: &S) -> Result<(), String> {
     let solver = Solver::ALL[c.solver];
     let tab = solver.tableau();
     let ctl = match c.rtol {
@@ -1037,13 +1094,11 @@ fn solve_faces_agree_e<A: Real>(c: &FaceCase) -> Result<(), String> {
     let field = |t: A, y: &[A], k: &mut [A]| c.field(t, y, k);
     let y0: Vec<A> = c.y0.iter().map(|&v| A::of_f64(v)).collect();
     let (t0, t1) = (A::of_f64(c.t0), A::of_f64(c.t0 + 8.0 * c.dt));
-    let run = |face| {
-        let integration = Integration::new(&tab, &ctl, t0, t1)
-            .max_steps(2000)
-            .face(face);
-        solve(&field, &integration, &y0).map_err(|e| e.to_string())
-    };
-    let (fast, dfdx) = (run(Face::Fast), run(Face::Dfdx));
+    let integration = Integration::new(&tab, &ctl, t0, t1).max_steps(2000);
+    let fast = subject
+        .solve(&field, &integration.face(Face::Fast), &y0, &mut |_| {})
+        .map_err(|e| e.to_string());
+    let dfdx = solve(&field, &integration.face(Face::Dfdx), &y0).map_err(|e| e.to_string());
     let (fast, dfdx) = match (fast, dfdx) {
         (Ok(f), Ok(d)) => (f, d),
         (Err(f), Err(d)) if f == d => return Ok(()),

@@ -4,9 +4,9 @@
 //! Names are those of `docs/CLI.md` and stable: other tools look for them.
 //!
 //! Beside them, planted bugs that re-create no upstream incident, one module per family: wrong
-//! subjects that a law must catch all the same (`ode_gradient`, `linesearch_steps`, `muon_ns`,
-//! `radam_forms`, `stack_init_and_scan`). They are not rows of `harness mutants`; the tests
-//! show each caught, with its shrunk counterexample.
+//! subjects that a law must catch all the same (`ode_gradient`, `ode_solvers`,
+//! `linesearch_steps`, `muon_ns`, `radam_forms`, `stack_init_and_scan`). They are not rows of
+//! `harness mutants`; the tests show each caught, with its shrunk counterexample.
 
 pub mod cnf_flow;
 pub mod cnf_static_step;
@@ -17,6 +17,7 @@ mod muon_captured_coeffs;
 pub mod muon_ns;
 pub mod muon_plan_per_call;
 pub mod ode_gradient;
+pub mod ode_solvers;
 mod radam_cond_leak;
 pub mod radam_forms;
 mod radam_unsafe_where;

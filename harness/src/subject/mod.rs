@@ -12,6 +12,7 @@
 //! | line search | [`LineSearchSubject`] (init and the staged update of `sgd + backtracking`) | `laws::linesearch::trace_once` |
 //! | ODE solvers | [`OdeSolver`] (a black-box solver reporting its steps) or a tableau ([`crate::ode::Tableau`]) through the reference stepper | [`ode::check`] |
 //! | gradients through a solve | [`GradientSubject`] (full tape and checkpointed) | `laws::ode::*_with` |
+//! | a whole solve, observed step by step | [`SolveSubject`] (the reference's `solve_observed` interface: any tableau, controller, face, f32/f64) | `laws::ode::{step_control, round_trip, bad_input_is_typed_error, solve_faces_agree}_with` |
 //! | stacked initialisation | [`InitSubject`] (builds N stacked layers; peaks measured by the probe) | `laws::stack::peaks_within_bounds` |
 //! | CNF training | [`TrainSubject`] (steps a trainer; trace count) | `laws::cnf::train_trace_once_with` |
 //!
@@ -26,7 +27,7 @@ pub mod optimizer;
 
 pub use crate::laws::cnf::TrainSubject;
 pub use crate::laws::linesearch::TraceSubject as LineSearchSubject;
-pub use crate::laws::ode::{GradProblem, GradientSubject};
+pub use crate::laws::ode::{GradProblem, GradientSubject, SolveSubject};
 pub use crate::laws::stack::InitSubject;
 pub use ode::OdeSolver;
 pub use optimizer::{Optimizer, Staged};

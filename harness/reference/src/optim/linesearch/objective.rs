@@ -347,6 +347,7 @@ impl<A: Real> Objective<A> for Rosenbrock {
 pub struct Quadratic {
     /// Row-major `n x n`.
     pub a: Vec<f64>,
+    /// The linear term `b`; its length `n` is the dimension.
     pub b: Vec<f64>,
 }
 
@@ -363,6 +364,7 @@ impl Quadratic {
         }
         Ok(Self { a, b })
     }
+    /// The dimension `n` (the length of `b`).
     pub fn dim(&self) -> usize {
         self.b.len()
     }

@@ -37,6 +37,7 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0100_0000_01b3;
 
 impl Comparator {
+    /// An empty comparison against `tol`.
     pub fn new(tol: Tol) -> Self {
         Self {
             tol,
@@ -138,12 +139,15 @@ impl Comparator {
             self.first_failure = Some(msg);
         }
     }
+    /// No failure, and at least one value compared.
     pub fn passed(&self) -> bool {
         self.failures == 0 && self.compared > 0
     }
+    /// Largest `|got - want|` over finite pairs (0 before any).
     pub fn max_abs_err(&self) -> f64 {
         self.max_abs
     }
+    /// Largest `|got - want| / |want|` over finite pairs with `want != 0` (0 before any).
     pub fn max_rel_err(&self) -> f64 {
         self.max_rel
     }

@@ -81,6 +81,15 @@ impl<E: Copy + Default> Array<E> {
         self.data.len()
     }
     /// `true` when some dimension is 0 (a 0-d tensor holds one element and is not empty).
+    ///
+    /// ```
+    /// use harness_reference::backend::Array;
+    /// let empty = Array::<f32>::zeros(&[2, 0])?;
+    /// assert_eq!((empty.len(), empty.is_empty()), (0, true));
+    /// let s = Array::scalar(1.5f64);
+    /// assert_eq!((s.shape(), s.len(), s.is_empty()), (&[][..], 1, false));
+    /// # Ok::<(), harness_reference::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }

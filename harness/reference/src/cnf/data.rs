@@ -62,6 +62,12 @@ impl Dataset {
     }
 
     /// A short label: `two-moons`, `checkerboard`, or `image WxH`.
+    ///
+    /// ```
+    /// use harness_reference::cnf::data::Dataset;
+    /// assert_eq!(Dataset::parse("moons")?.name(), "two-moons");
+    /// # Ok::<(), harness_reference::Error>(())
+    /// ```
     pub fn name(&self) -> String {
         match self {
             Dataset::TwoMoons => "two-moons".into(),

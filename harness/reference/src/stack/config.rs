@@ -43,6 +43,13 @@ impl TensorId {
     /// The four tensors in generation order (`W1, B1, W2, B2`; index = discriminant).
     pub const ALL: [TensorId; 4] = [TensorId::W1, TensorId::B1, TensorId::W2, TensorId::B2];
     /// The lowercase field name: `w1`, `b1`, `w2` or `b2`.
+    ///
+    /// ```
+    /// use harness_reference::stack::TensorId;
+    /// let names: Vec<_> = TensorId::ALL.iter().map(|t| t.name()).collect();
+    /// assert_eq!(names, ["w1", "b1", "w2", "b2"]);
+    /// assert_eq!(TensorId::W2 as usize, 2);
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             TensorId::W1 => "w1",

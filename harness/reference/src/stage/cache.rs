@@ -21,6 +21,13 @@ impl Default for KeyHasher {
 
 impl KeyHasher {
     /// Feed the bits of `x` (so `0.0` and `-0.0` differ, and every NaN payload is its own key).
+    ///
+    /// ```
+    /// use harness_reference::stage::KeyHasher;
+    /// let key = |x: f64| KeyHasher::default().val("lr").f64(x).finish();
+    /// assert_eq!(key(1e-3), key(1e-3));
+    /// assert_ne!(key(0.0), key(-0.0));
+    /// ```
     pub fn f64(mut self, x: f64) -> Self {
         x.to_bits().hash(&mut self.0);
         self

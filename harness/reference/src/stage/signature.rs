@@ -92,6 +92,17 @@ impl Signature {
         &self.leaves
     }
     /// The leaf at `path`, if any (binary search).
+    ///
+    /// ```
+    /// use harness_reference::backend::DType;
+    /// use harness_reference::stage::{LeafSig, Signature};
+    /// let mut s = Signature::new();
+    /// s.push("count", LeafSig::weak(&[], DType::I32));
+    /// s.push("mu", LeafSig::strong(&[2, 3], DType::F32));
+    /// assert!(s.get("count").unwrap().weak);
+    /// assert_eq!(s.get("mu").unwrap().shape, vec![2, 3]);
+    /// assert!(s.get("nu").is_none());
+    /// ```
     pub fn get(&self, path: &str) -> Option<&LeafSig> {
         self.leaves
             .binary_search_by(|(p, _)| p.as_str().cmp(path))

@@ -365,6 +365,13 @@ impl Quadratic {
         Ok(Self { a, b })
     }
     /// The dimension `n` (the length of `b`).
+    ///
+    /// ```
+    /// use harness_reference::optim::linesearch::Quadratic;
+    /// assert_eq!(Quadratic::new(vec![2.0, 0.0, 0.0, 1.0], vec![1.0, -1.0])?.dim(), 2);
+    /// assert!(Quadratic::new(vec![1.0; 3], vec![1.0, -1.0]).is_err()); // needs 2 x 2
+    /// # Ok::<(), harness_reference::Error>(())
+    /// ```
     pub fn dim(&self) -> usize {
         self.b.len()
     }

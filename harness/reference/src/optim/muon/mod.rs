@@ -150,6 +150,14 @@ impl MuonHyper {
     }
 
     /// The AdamW branch's learning rate: `adam_learning_rate`, else `learning_rate`.
+    ///
+    /// ```
+    /// use harness_reference::optim::MuonHyper;
+    /// let mut h = MuonHyper::new(0.02);
+    /// assert_eq!(h.adam_lr(), 0.02);
+    /// h.adam_learning_rate = Some(1e-3);
+    /// assert_eq!(h.adam_lr(), 1e-3);
+    /// ```
     pub fn adam_lr(&self) -> f64 {
         self.adam_learning_rate.unwrap_or(self.learning_rate)
     }

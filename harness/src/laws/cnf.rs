@@ -496,7 +496,7 @@ pub fn loss_gradient_matches_fd_with(c: &ModelCase, lg: LossGradFn) -> Result<()
 pub struct VjpCase {
     /// The model and its points.
     pub model: ModelCase,
-    /// Copies of the points in the batch (1, or 2 to cross a gradient chunk).
+    /// 1: the case's points as they are; 2: repeated (shifted) past [`flow::GRAD_CHUNK`] points.
     pub tiles: usize,
     /// Use the Hutchinson trace with Gaussian probes (else the exact trace).
     pub hutchinson: bool,

@@ -85,9 +85,11 @@ use std::time::Instant;
 pub enum Family {
     /// RAdam's `lax.cond`-versus-`jnp.where` selection (optax #580/#969).
     CondVsWhere,
-    /// Optimizer states whose signature must not change (Muon's coefficients, optax #1186).
+    /// Optimizer states whose signature must stay fixed across updates (Muon's coefficients,
+    /// optax #1186; the Adam/RAdam moment states).
     FixedStateShape,
-    /// Staged functions that must trace once (line search, CNF step; optax #1171, diffrax #574).
+    /// Staged steps that must trace once and keep memory flat (line search, optax #1171; CNF
+    /// training, diffrax #574; the RAdam step).
     TraceCount,
     /// Peak memory of the stacked low-precision initialisation (equinox #673).
     Fp16InitPeaks,

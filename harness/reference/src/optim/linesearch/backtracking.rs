@@ -201,8 +201,8 @@ pub struct LineSearchInfo<A> {
 /// State of [`ScaleByBacktrackingLinesearch`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct LineSearchState<A> {
-    /// The step size `eta` accepted by the last round (1 after `init`, 0 when every candidate
-    /// failed).
+    /// The step size of the last update: its round's last `eta` (1 after `init`; 0 when every
+    /// candidate of the round was NaN or `+inf`).
     pub learning_rate: Scalar<A>,
     /// `f` at the last candidate (`+inf` after `init`).
     pub value: Scalar<A>,

@@ -50,8 +50,8 @@ pub enum InitialStep {
 /// A constant step size `dt0` (signed like `t1 - t0`; must be finite and non-zero).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Constant {
-    /// The signed step (finite, non-zero): `n = ceil((t1 - t0) / dt0)` steps, as in the module
-    /// docs.
+    /// The signed step (finite, non-zero): the first step ends at `t0 + dt0`, the last exactly at
+    /// `t1`, with `n = ceil((t1 - t0) / nextafter_up(dt0))` steps in all (see the module docs).
     pub dt0: f64,
 }
 

@@ -38,6 +38,18 @@ const FNV_PRIME: u64 = 0x0100_0000_01b3;
 
 impl Comparator {
     /// An empty comparison against `tol`.
+    ///
+    /// ```
+    /// use harness::golden::Comparator;
+    /// use harness::tolerance::Tol;
+    /// let mut c = Comparator::new(Tol { rtol: 1e-6, atol: 0.0 });
+    /// assert!(!c.passed()); // nothing compared yet
+    /// c.value(|| "y[0]".into(), 2.0 + 1e-7, 2.0);
+    /// assert!(c.passed());
+    /// assert!((c.max_rel_err() - 5e-8).abs() < 1e-12);
+    /// c.value(|| "y[1]".into(), 1.0, 2.0);
+    /// assert!(!c.passed() && c.detail().contains("y[1]"));
+    /// ```
     pub fn new(tol: Tol) -> Self {
         Self {
             tol,

@@ -52,6 +52,15 @@ pub enum Coeffs {
 
 impl Coeffs {
     /// The coefficient spec and `ns_steps` this case hands to [`MuonHyper`].
+    ///
+    /// ```
+    /// use harness::laws::muon::Coeffs;
+    /// use harness::optim::CoeffSpec;
+    /// assert_eq!(Coeffs::Standard.spec(), (CoeffSpec::Preset("standard".into()), 5));
+    /// let rows = Coeffs::Rows(vec![[3.0, -4.0, 1.5]; 2], 4);
+    /// assert_eq!(rows.spec().1, 4);
+    /// assert_eq!(rows.expected_iterations(), 2);
+    /// ```
     pub fn spec(&self) -> (CoeffSpec, usize) {
         match self {
             Coeffs::Standard => (CoeffSpec::Preset("standard".into()), 5),

@@ -34,6 +34,16 @@ pub struct StackCase {
 
 impl StackCase {
     /// The validated configuration, or the error (naming the field) as a string.
+    ///
+    /// ```
+    /// use harness::backend::DType;
+    /// use harness::laws::stack::StackCase;
+    /// let case = StackCase { layers: 2, width: 3, hidden: 4, dtype: DType::F16, seed: 1 };
+    /// assert_eq!(case.config()?.params_per_layer(), 2 * 3 * 4 + 4 + 3);
+    /// let zero = StackCase { layers: 0, ..case };
+    /// assert!(zero.config().unwrap_err().contains("layers"));
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn config(&self) -> Result<StackConfig, String> {
         StackConfig::new(self.layers, self.width, self.hidden, self.dtype).map_err(err)
     }

@@ -35,8 +35,11 @@ use std::time::Instant;
 /// One reported figure (`name`, `value`, `unit` as in `docs/CLI.md`; `bench all` adds the rest).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Figure {
+    /// Stable name of the figure.
     pub name: String,
+    /// The measurement, in `unit`.
     pub value: f64,
+    /// Unit of `value` (e.g. `us`, `ms`, `GB/s`, `GFLOP/s`, `ratio`).
     pub unit: String,
     /// The area that produced it (`bench all` only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -168,6 +171,7 @@ pub const AREAS: [&str; 5] = ["optim", "muon", "ode", "cnf", "stack"];
 /// What `bench all` measured: every figure with its limit, and the areas it skipped.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AllBench {
+    /// Every figure measured, in area order.
     pub figures: Vec<Figure>,
     /// One line per area that is not implemented in this build.
     pub skipped: Vec<String>,

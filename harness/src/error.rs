@@ -9,7 +9,12 @@ pub enum Error {
     Reference(#[from] harness_reference::Error),
     /// A golden-v1 file could not be read or does not follow the format.
     #[error("golden case {file}: {msg}")]
-    Golden { file: String, msg: String },
+    Golden {
+        /// The file (or path) concerned, as given.
+        file: String,
+        /// What is wrong with it.
+        msg: String,
+    },
     /// A feature of the format or CLI that this build does not implement yet.
     #[error("not implemented: {0}")]
     NotImplemented(String),

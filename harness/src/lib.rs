@@ -21,6 +21,8 @@
 //! assert!(laws.iter().any(|l| l.name == "radam_where_matches_branch_bitwise"));
 //! ```
 
+#![warn(missing_docs)]
+
 /// The reference implementation crate, whole (its [`Error`](reference::Error) is the error of
 /// every reference call).
 pub use harness_reference as reference;

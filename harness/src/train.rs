@@ -10,12 +10,17 @@ use crate::Result;
 /// What `harness train-cnf` reports (the JSON fields of `docs/CLI.md`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TrainReport {
+    /// Steps run.
     pub steps: usize,
+    /// Traces (specialisations) the trainer made.
     pub traces: usize,
     /// Live bytes after the first step (warm-up) and after the last.
     pub live_bytes_first: usize,
+    /// Live bytes after the last step.
     pub live_bytes_last: usize,
+    /// Loss before each step's update, in f64.
     pub loss: Vec<f64>,
+    /// Mean wall time per step, in seconds (0 for zero steps).
     pub seconds_per_step: f64,
 }
 

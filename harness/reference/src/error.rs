@@ -9,15 +9,21 @@ pub enum Error {
     /// A hyperparameter outside its legal range; the message names the parameter and the range.
     #[error("invalid hyperparameter `{name}` = {value}: {expected}")]
     InvalidHyper {
+        /// The parameter's name as the constructor spells it.
         name: &'static str,
+        /// The rejected value, formatted.
         value: String,
+        /// The legal range, in words.
         expected: String,
     },
     /// Two trees or tensors that must agree in shape do not.
     #[error("shape mismatch at `{leaf}`: expected {expected:?}, got {got:?}")]
     ShapeMismatch {
+        /// The leaf (tree path) or tensor at which the shapes differ.
         leaf: String,
+        /// The shape required there.
         expected: Vec<usize>,
+        /// The shape found.
         got: Vec<usize>,
     },
     /// Two trees that must have the same leaf names do not.
@@ -26,8 +32,11 @@ pub enum Error {
     /// Data length does not equal the product of the shape.
     #[error("tensor data has {got} elements but shape {shape:?} needs {expected}")]
     DataLength {
+        /// The shape given.
         shape: Vec<usize>,
+        /// Elements the shape needs (its product).
         expected: usize,
+        /// Elements the data has.
         got: usize,
     },
     /// A byte or element count overflowed `usize`, or a counter its integer type.
@@ -40,9 +49,13 @@ pub enum Error {
     /// The specialisation cache traced more often than allowed.
     #[error("`{name}` traced {traces} times, more than max_traces = {max}; {reason}")]
     TooManyTraces {
+        /// The staged function's name.
         name: String,
+        /// Traces made so far, including the one refused.
         traces: usize,
+        /// The configured `max_traces`.
         max: usize,
+        /// Why the refused trace was needed.
         reason: TraceReason,
     },
     /// An error raised by code outside this crate behind one of its traits (a user's
@@ -52,8 +65,11 @@ pub enum Error {
     /// An ODE solve used `max_steps` steps (accepted + rejected) without reaching its end time.
     #[error("ODE solve reached max_steps = {max_steps} at t = {t} before the end time {t_end}")]
     MaxStepsExceeded {
+        /// The step budget that ran out.
         max_steps: usize,
+        /// The time reached (the start of the step that would have exceeded the budget).
         t: f64,
+        /// The end time the solve was heading for.
         t_end: f64,
     },
 }
@@ -64,7 +80,10 @@ pub enum TraceReason {
     /// Nothing had been traced under this name before.
     FirstTrace,
     /// The static configuration (hashed into the key) differs from every earlier trace.
-    NewStatic { key: u64 },
+    NewStatic {
+        /// The hash of the new static configuration.
+        key: u64,
+    },
     /// Same static configuration, but the dynamic signature changed relative to the last trace.
     NewSignature(SignatureDiff),
 }

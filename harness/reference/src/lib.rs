@@ -42,6 +42,8 @@
 //! # Ok::<(), harness_reference::Error>(())
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod backend;
 pub mod cnf;
 pub mod error;

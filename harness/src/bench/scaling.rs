@@ -32,9 +32,13 @@ use std::time::Instant;
 /// `[size_min, size_max]`.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct PowerFit {
+    /// `b` of `time = a size^b`.
     pub exponent: f64,
+    /// `a` of `time = a size^b`, in seconds.
     pub prefactor: f64,
+    /// Smallest size the fit used.
     pub size_min: f64,
+    /// Largest size the fit used.
     pub size_max: f64,
     /// Points the fit used.
     pub points: usize,
@@ -126,6 +130,7 @@ pub struct ScalingKernel {
     pub work: String,
     /// What `size` counts.
     pub size_unit: String,
+    /// The measured sizes, smallest first.
     pub points: Vec<ScalingPoint>,
     /// The power-law fit over every size.
     pub fit_full: Option<PowerFit>,
@@ -169,9 +174,11 @@ impl ScalingKernel {
 /// A CPU cache of this machine (from `/sys/devices/system/cpu/cpu0/cache`; empty elsewhere).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Cache {
+    /// Cache level (1, 2, 3, ...).
     pub level: u32,
     /// `Data`, `Unified` (instruction caches are left out).
     pub kind: String,
+    /// Capacity in bytes.
     pub bytes: u64,
 }
 
@@ -216,7 +223,9 @@ pub struct Scaling {
     pub quick: bool,
     /// Rayon threads the kernels ran on.
     pub threads: usize,
+    /// The data and unified caches of CPU 0 ([`caches`]).
     pub caches: Vec<Cache>,
+    /// One entry per kernel measured.
     pub kernels: Vec<ScalingKernel>,
 }
 

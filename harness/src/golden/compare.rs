@@ -37,6 +37,19 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0100_0000_01b3;
 
 impl Comparator {
+    /// An empty comparison against `tol`.
+    ///
+    /// ```
+    /// use harness::golden::Comparator;
+    /// use harness::tolerance::Tol;
+    /// let mut c = Comparator::new(Tol { rtol: 1e-6, atol: 0.0 });
+    /// assert!(!c.passed()); // nothing compared yet
+    /// c.value(|| "y[0]".into(), 2.0 + 1e-7, 2.0);
+    /// assert!(c.passed());
+    /// assert!((c.max_rel_err() - 5e-8).abs() < 1e-12);
+    /// c.value(|| "y[1]".into(), 1.0, 2.0);
+    /// assert!(!c.passed() && c.detail().contains("y[1]"));
+    /// ```
     pub fn new(tol: Tol) -> Self {
         Self {
             tol,
@@ -138,12 +151,15 @@ impl Comparator {
             self.first_failure = Some(msg);
         }
     }
+    /// No failure, and at least one value compared.
     pub fn passed(&self) -> bool {
         self.failures == 0 && self.compared > 0
     }
+    /// Largest `|got - want|` over finite pairs (0 before any).
     pub fn max_abs_err(&self) -> f64 {
         self.max_abs
     }
+    /// Largest `|got - want| / |want|` over finite pairs with `want != 0` (0 before any).
     pub fn max_rel_err(&self) -> f64 {
         self.max_rel
     }

@@ -9,11 +9,17 @@ use serde_json::{Map, Value};
 /// A parsed case: the common fields, and the whole document for the kind-specific replay.
 #[derive(Debug, Clone)]
 pub struct Case {
+    /// The file the case was read from, as given.
     pub file: String,
+    /// The case's `name`.
     pub name: String,
+    /// The case's `kind`, which selects the replay.
     pub kind: String,
+    /// The case's dtype (float32 or float64).
     pub dtype: DType,
+    /// The case's `tolerance` (`rtol`, `atol`).
     pub tolerance: Tol,
+    /// The whole parsed document.
     pub doc: Value,
 }
 

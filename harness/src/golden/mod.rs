@@ -23,13 +23,19 @@ use std::path::{Path, PathBuf};
 /// The outcome of one case (the `golden` JSON row of `docs/CLI.md`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CaseResult {
+    /// The case's `name` field.
     pub name: String,
+    /// The case's `kind`: `optimizer`, `ode`, `linesearch` or `cnf`.
     pub kind: String,
+    /// Every compared value within tolerance, and at least one compared.
     pub passed: bool,
+    /// Largest `|got - want|` over finite pairs.
     pub max_abs_err: f64,
+    /// Largest `|got - want| / |want|` over finite pairs with `want != 0`.
     pub max_rel_err: f64,
     /// [`Comparator::output_bits`] in hex: the same on every build that computes the same bits.
     pub output_bits: String,
+    /// One line: the first failure and the failure count, or the number of values compared.
     pub detail: String,
     /// Every compared number's `|got - want| / (atol + rtol*|want|)` (not serialised: the
     /// report plots their distribution).

@@ -24,9 +24,13 @@ use serde_json::{Map, Value};
 /// The golden-v1 ODE problems, dispatching to the fixtures.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GoldenProblem {
+    /// `y' = A y`.
     Linear(Linear),
+    /// Lotka–Volterra predator–prey.
     LotkaVolterra(LotkaVolterra),
+    /// Van der Pol oscillator.
     VanDerPol(VanDerPol),
+    /// Forced decay `y' = -k y + sin(w t)`.
     ForcedDecay(ForcedDecay),
 }
 

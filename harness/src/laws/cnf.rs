@@ -32,13 +32,18 @@ pub fn reference_ll(p: &CnfParams<f64>, x: &[f64]) -> crate::reference::Result<V
 /// block `b` is `f(z) = A_b z` with `A_b = sigmoid(b2) * W1` (row-wise scaling).
 #[derive(Debug, Clone)]
 pub struct LinearCase {
+    /// Data dimension, 1 to 3.
     pub d: usize,
     /// Per block: `W1` (d x d) and `b2` (d).
     pub blocks: Vec<(Vec<f64>, Vec<f64>)>,
+    /// Points, row-major `n x d` (two points).
     pub x: Vec<f64>,
+    /// End time of every block (start 0, constant step `t1 / 10`), in `[0.2, 1)`.
     pub t1: f64,
 }
 
+/// Random [`LinearCase`]s: `d` in 1..=3, 1 or 2 blocks, `W1` entries in `[-1, 1)`, `b2` in `[-2,
+/// 2)`.
 pub fn linear_case() -> impl Strategy<Value = LinearCase> {
     (1usize..=3, 1usize..=2, 0.2f64..1.0).prop_flat_map(|(d, nb, t1)| {
         (
@@ -56,6 +61,7 @@ pub fn linear_case() -> impl Strategy<Value = LinearCase> {
 }
 
 impl LinearCase {
+    /// The Tsit5, exact-trace CNF with these linear blocks (every other weight 0).
     pub fn params(&self) -> CnfParams<f64> {
         let cfg = CnfConfig {
             data_size: self.d,
@@ -194,13 +200,17 @@ pub fn linear_closed_form_with(c: &LinearCase, ll: Ll) -> Result<(), String> {
 /// A small random model and points.
 #[derive(Debug, Clone)]
 pub struct ModelCase {
+    /// Data dimension 1-3, width 1-8, depth 0-2, 1-2 blocks, other settings the defaults.
     pub cfg: CnfConfig,
+    /// Seed of the initial weights.
     pub seed: u64,
     /// Multiplies the initial weights (1 = equinox's scale).
     pub scale: f64,
+    /// Points, row-major `n x d`, coordinates in `[-2.5, 2.5)`.
     pub x: Vec<f64>,
 }
 
+/// Random [`ModelCase`]s with 1 to `max_points` points and weight scale in `[0.3, 1.5)`.
 pub fn model_case(max_points: usize) -> impl Strategy<Value = ModelCase> {
     (
         1usize..=3,
@@ -228,6 +238,7 @@ pub fn model_case(max_points: usize) -> impl Strategy<Value = ModelCase> {
 }
 
 impl ModelCase {
+    /// The weights: `CnfParams::init(cfg, seed)` multiplied by `scale`.
     pub fn params(&self) -> CnfParams<f64> {
         let mut p = CnfParams::<f64>::init(self.cfg, self.seed).expect("valid case");
         for b in &mut p.blocks {
@@ -239,6 +250,7 @@ impl ModelCase {
     }
 }
 
+/// A sampler under test: `(params, z)` to `(x, log p(x))` for base points `z` (row-major `n x d`).
 pub type Sampler = fn(&CnfParams<f64>, &[f64]) -> crate::reference::Result<(Vec<f64>, Vec<f64>)>;
 
 /// The implementation under test.
@@ -270,6 +282,7 @@ pub fn sample_then_evaluate_with(c: &ModelCase, sample: Sampler, ll: Ll) -> Resu
 
 /// Half-width of the square over which the density is integrated, and the grid size.
 pub const GRID_HALF_WIDTH: f64 = 7.0;
+/// Cells per side of the integration grid (cell width `2 * GRID_HALF_WIDTH / GRID_CELLS`).
 pub const GRID_CELLS: usize = 140;
 
 /// The density of a small 2-D model sums to 1 over a grid on `[-7, 7]^2` within
@@ -371,6 +384,7 @@ pub fn exact_trace_matches_fd_with(c: &ModelCase, trace: TraceFn) -> Result<(), 
 
 /// Probes per Hutchinson test and the number of standard errors allowed.
 pub const HUTCHINSON_PROBES: usize = 4000;
+/// Standard errors of the probe mean the Hutchinson estimate may lie from the exact trace.
 pub const HUTCHINSON_SIGMAS: f64 = 5.0;
 
 /// A probe generator: `(seed, count, d) -> count x d` probes.
@@ -480,11 +494,15 @@ pub fn loss_gradient_matches_fd_with(c: &ModelCase, lg: LossGradFn) -> Result<()
 /// `hutchinson` switches to the Hutchinson trace with Gaussian probes.
 #[derive(Debug, Clone)]
 pub struct VjpCase {
+    /// The model and its points.
     pub model: ModelCase,
+    /// 1: the case's points as they are; 2: repeated (shifted) past [`flow::GRAD_CHUNK`] points.
     pub tiles: usize,
+    /// Use the Hutchinson trace with Gaussian probes (else the exact trace).
     pub hutchinson: bool,
 }
 
+/// Random [`VjpCase`]s of up to 6 points.
 pub fn vjp_case() -> impl Strategy<Value = VjpCase> {
     (
         model_case(6),
@@ -608,14 +626,21 @@ pub fn f32_loss_grad_matches_f64_with(
 /// A small training run.
 #[derive(Debug, Clone, Copy)]
 pub struct TrainCase {
+    /// Training steps, 2 to 5.
     pub steps: usize,
+    /// Seed of weights, batches and probes.
     pub seed: u64,
+    /// Hidden width, 1 to 6 (depth 1, one block, two-moons data).
     pub width: usize,
+    /// Batch size, 1 to 24.
     pub batch: usize,
+    /// Rademacher Hutchinson trace instead of the exact trace.
     pub hutchinson: bool,
+    /// Checkpointed gradients (default budget) instead of the full tape.
     pub checkpointed: bool,
 }
 
+/// Random [`TrainCase`]s.
 pub fn train_case() -> impl Strategy<Value = TrainCase> {
     (
         2usize..=5,

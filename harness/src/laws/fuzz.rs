@@ -12,17 +12,29 @@ use arbitrary::{Arbitrary, Unstructured};
 /// included), any dtype, up to 16 steps over up to 64 elements, any gradient values.
 #[derive(Debug, Clone, Arbitrary)]
 pub struct RadamInput {
+    /// Adam `b1`, unvalidated.
     pub b1: f64,
+    /// Adam `b2`, unvalidated.
     pub b2: f64,
+    /// Adam `eps`, unvalidated.
     pub eps: f64,
+    /// Adam `eps_root`, unvalidated.
     pub eps_root: f64,
+    /// Nesterov form of the first moment.
     pub nesterov: bool,
+    /// RAdam's rectification threshold, unvalidated.
     pub threshold: f64,
+    /// Learning rate, unvalidated.
     pub learning_rate: f64,
+    /// Parameter dtype: `dtype % 3` picks f16, f32 or f64.
     pub dtype: u8,
+    /// Element count: `elements % 65` (0 to 64).
     pub elements: u8,
+    /// Initial parameter values, reused cyclically (zeros when empty).
     pub params: Vec<f64>,
+    /// Gradient values, reused cyclically over every step's elements (zeros when empty).
     pub grads: Vec<f64>,
+    /// Step count: `1 + steps % 16`.
     pub steps: u8,
 }
 
@@ -67,25 +79,45 @@ pub fn radam(data: &[u8]) -> Result<(), String> {
 /// any interval, tolerances and controller settings (unvalidated).
 #[derive(Debug, Clone, Arbitrary)]
 pub struct OdeInput {
+    /// Dimension: `n % 4` (0 to 3).
     pub n: u8,
+    /// Entries of `A` (row-major `n x n`), reused cyclically (zeros when empty).
     pub a: Vec<f64>,
+    /// Quadratic coefficients `c_i`, reused cyclically (zeros when empty).
     pub c: Vec<f64>,
+    /// Initial state, reused cyclically (zeros when empty).
     pub y0: Vec<f64>,
+    /// Start time (any value, including non-finite).
     pub t0: f64,
+    /// End time (any value; either side of `t0`).
     pub t1: f64,
+    /// First step for the PID controller, or the constant step (`0.1` when `None`).
     pub dt0: Option<f64>,
+    /// PID relative tolerance, unvalidated.
     pub rtol: f64,
+    /// PID absolute tolerance, unvalidated.
     pub atol: f64,
+    /// PID proportional coefficient, unvalidated.
     pub pcoeff: f64,
+    /// PID integral coefficient, unvalidated.
     pub icoeff: f64,
+    /// PID derivative coefficient, unvalidated.
     pub dcoeff: f64,
+    /// PID smallest shrink factor, unvalidated.
     pub factormin: f64,
+    /// PID largest growth factor, unvalidated.
     pub factormax: f64,
+    /// PID safety factor, unvalidated.
     pub safety: f64,
+    /// PID minimum step, unvalidated.
     pub dtmin: Option<f64>,
+    /// PID maximum step, unvalidated.
     pub dtmax: Option<f64>,
+    /// Method: `solver % 7` indexes [`Solver::ALL`](crate::ode::Solver::ALL).
     pub solver: u8,
+    /// Use a constant step (always so for Euler, which has no error estimate).
     pub constant: bool,
+    /// Step budget: `1 + max_steps % 512`.
     pub max_steps: u16,
 }
 
@@ -94,7 +126,9 @@ pub struct OdeInput {
 /// time).
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuadraticSystem {
+    /// `A`, row-major `n x n`.
     pub a: Vec<f64>,
+    /// `c`, one coefficient per component (its length is the dimension).
     pub c: Vec<f64>,
 }
 
@@ -224,25 +258,41 @@ pub const FACE_CHECK_MAX_STEPS: usize = 64;
 /// poison region where the objective returns NaN/`+inf`/`-inf`.
 #[derive(Debug, Clone, Arbitrary)]
 pub struct LineSearchInput {
+    /// Backtracking limit: `max_backtracking_steps % 65`.
     pub max_backtracking_steps: u16,
+    /// Armijo `slope_rtol`, unvalidated.
     pub slope_rtol: f64,
+    /// `decrease_factor`, unvalidated.
     pub decrease_factor: f64,
+    /// `increase_factor`, unvalidated.
     pub increase_factor: f64,
+    /// `max_learning_rate`, unvalidated.
     pub max_learning_rate: f64,
+    /// Acceptance tolerance `atol`, unvalidated.
     pub atol: f64,
+    /// Relative slack `rtol`, unvalidated.
     pub rtol: f64,
+    /// Keep the gradient in the state.
     pub store_grad: bool,
+    /// Restart a round after a zero learning rate (not in optax).
     pub recover_from_zero_lr: bool,
+    /// Run in f32 instead of f64.
     pub f32: bool,
     /// 0-1: quadratic, 2: rosenbrock, 3: himmelblau, 4: matyas.
     pub problem: u8,
+    /// Quadratic dimension: `1 + dim % 6` (the fixture problems are 2-D).
     pub dim: u8,
+    /// Quadratic matrix entries, row-major, reused cyclically (zeros when empty).
     pub matrix: Vec<f64>,
+    /// Quadratic linear term, reused cyclically (zeros when empty).
     pub b: Vec<f64>,
+    /// Start point, reused cyclically (zeros when empty).
     pub x0: Vec<f64>,
+    /// Update count: `1 + steps % 8`.
     pub steps: u8,
     /// 0: none; 1: NaN, 2: +inf, 3: -inf beyond `poison_above`; 4: NaN everywhere.
     pub poison: u8,
+    /// Threshold beyond which the poisoned value is returned (poison kinds 1-3).
     pub poison_above: f64,
 }
 
@@ -314,23 +364,39 @@ pub fn linesearch(data: &[u8]) -> Result<(), String> {
 /// dtype, up to 4 steps of any gradient values.
 #[derive(Debug, Clone, Arbitrary)]
 pub struct MuonInput {
+    /// Parameter dtype: `dtype % 3` picks f16, f32 or f64.
     pub dtype: u8,
+    /// Matrix rows: `rows % 49` (0 to 48).
     pub rows: u8,
+    /// Matrix columns: `cols % 49` (0 to 48).
     pub cols: u8,
+    /// Bias length (the AdamW leaf): `bias % 8`.
     pub bias: u8,
     /// 0: `[3]`, 1: `[k,3]`, 2: `[k]` (malformed), 3: preset "dion", 4: preset "standard".
     pub coeff_kind: u8,
+    /// `k` of a `[k, 3]` or `[k]` coefficient tensor: `coeff_rows % 8`.
     pub coeff_rows: u8,
+    /// Raw coefficient values, reused cyclically (ones when empty).
     pub coeffs: Vec<f64>,
+    /// Newton–Schulz steps: `ns_steps % 9` (0 included).
     pub ns_steps: u8,
+    /// Momentum decay `beta`, unvalidated.
     pub beta: f64,
+    /// `eps`, unvalidated.
     pub eps: f64,
+    /// Muon weight decay, unvalidated.
     pub weight_decay: f64,
+    /// Nesterov momentum.
     pub nesterov: bool,
+    /// Learning rate, unvalidated.
     pub learning_rate: f64,
+    /// Shards of the sharded comparison run: `1 + shards % 4`.
     pub shards: u8,
+    /// Initial parameter values (matrix then bias), reused cyclically (zeros when empty).
     pub params: Vec<f64>,
+    /// Gradient values, consecutive per step, reused cyclically (zeros when empty).
     pub grads: Vec<f64>,
+    /// Step count: `1 + steps % 4`.
     pub steps: u8,
 }
 
@@ -479,10 +545,15 @@ fn muon_e<E: crate::backend::Float>(input: &MuonInput) -> Result<(), String> {
 /// that the largest transient (`N*P*(4+8)` bytes) stays within [`STACK_FUZZ_CAP`].
 #[derive(Debug, Clone, Arbitrary)]
 pub struct StackInput {
+    /// Layer count `N`: `layers % 33`, then capped by [`STACK_FUZZ_CAP`].
     pub layers: u8,
+    /// Width `D`: `width % 129` (0 included).
     pub width: u16,
+    /// Hidden size `H`: `hidden % 257` (0 included).
     pub hidden: u16,
+    /// Dtype: `dtype % 3` picks f16, f32 or f64.
     pub dtype: u8,
+    /// Initialisation seed.
     pub seed: u64,
 }
 
@@ -530,18 +601,31 @@ pub fn stack(data: &[u8]) -> Result<(), String> {
 /// Input of the `cnf` target: a small flow, weights, points and settings.
 #[derive(Debug, Clone, arbitrary::Arbitrary)]
 pub struct CnfInput {
+    /// Data dimension: `data_size % 4` (0 is rejected by validation).
     pub data_size: u8,
+    /// Hidden width: `width % 9`.
     pub width: u8,
+    /// Hidden layers per block: `depth % 4`.
     pub depth: u8,
+    /// Blocks: `blocks % 3` (0 is rejected by validation).
     pub blocks: u8,
+    /// Start time of each block (unvalidated).
     pub t0: f64,
+    /// End time of each block (unvalidated).
     pub t1: f64,
+    /// Constant step (unvalidated); inputs with more than [`CNF_FUZZ_MAX_STEPS`] steps are skipped.
     pub dt0: f64,
+    /// Evaluate in f32 (the gradient is always taken in f64).
     pub f32: bool,
+    /// Use Rademacher Hutchinson probes instead of the exact trace.
     pub hutchinson: bool,
+    /// Also take the loss gradient (full tape).
     pub gradient: bool,
+    /// Flat weights of every block, reused cyclically (zeros when empty).
     pub weights: Vec<f64>,
+    /// Points, row-major `n x d` (at most 8 points; a trailing partial row is dropped).
     pub points: Vec<f64>,
+    /// Hutchinson probe values, reused cyclically (zeros when empty).
     pub probes: Vec<f64>,
 }
 

@@ -20,9 +20,13 @@ use std::cell::Cell;
 /// The fixture problem of a case.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Problem {
+    /// `(1 - x)^2 + 100 (y - x^2)^2`, 2-D.
     Rosenbrock,
+    /// `(x^2 + y - 11)^2 + (x + y^2 - 7)^2`, 2-D.
     Himmelblau,
+    /// `0.26 (x^2 + y^2) - 0.48 x y`, 2-D.
     Matyas,
+    /// `0.5 x^T A x - b^T x` of any dimension.
     Quadratic(Quadratic),
 }
 
@@ -30,18 +34,26 @@ pub enum Problem {
 /// (NaN, `+inf` or `-inf`); `above = -inf` poisons every point.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Poison {
+    /// Threshold on `x[0]` beyond which the objective is poisoned (`-inf`: everywhere).
     pub above: f64,
+    /// The value returned there: NaN, `+inf` or `-inf`.
     pub value: f64,
 }
 
 /// A run of `sgd(1) + backtracking` on one problem.
 #[derive(Clone, PartialEq)]
 pub struct LsCase {
+    /// The objective.
     pub problem: Problem,
+    /// Line-search hyperparameters (possibly invalid: the case then expects a typed error).
     pub hyper: BacktrackingHyper,
+    /// Start point (its length is the problem's dimension).
     pub x0: Vec<f64>,
+    /// Updates to run.
     pub steps: usize,
+    /// Run in f32 (else f64).
     pub f32: bool,
+    /// Where the objective stops being finite, if anywhere.
     pub poison: Option<Poison>,
 }
 
@@ -73,12 +85,16 @@ impl std::fmt::Debug for LsCase {
 /// The case's objective: the problem, the poison, and an evaluation counter. One type for every
 /// case, so its identity in the staging key never changes.
 pub struct CaseObjective {
+    /// The objective.
     pub problem: Problem,
+    /// Where it returns a non-finite value, if anywhere.
     pub poison: Option<Poison>,
+    /// Evaluations so far (value or gradient); reset by the caller before each update.
     pub evals: Cell<usize>,
 }
 
 impl CaseObjective {
+    /// The case's problem and poison, with the counter at 0.
     pub fn new(case: &LsCase) -> Self {
         Self {
             problem: case.problem.clone(),
@@ -151,8 +167,11 @@ fn le(a: f64, b: f64) -> bool {
 
 /// The implementation whose `init` and staged `update` the trace law checks (reference or mutant).
 pub trait TraceSubject {
+    /// The line search's initial state for `params`.
     fn init<A: Real>(&self, opt: &SgdLineSearch, params: &Tree<A>) -> Result<State<A>>;
     #[allow(clippy::too_many_arguments)]
+    /// One staged update: `grad` is both the direction input and the gradient at `params`, `value`
+    /// is `f(params)`.
     fn update<A: Real>(
         &self,
         staged: &mut Staged<SgdLineSearch>,
@@ -187,12 +206,19 @@ impl TraceSubject for Reference {
 /// One recorded step.
 #[derive(Clone, Debug)]
 pub struct StepRecord<A> {
+    /// Parameters before the step.
     pub x: Tree<A>,
+    /// `f(x)`.
     pub value: A,
+    /// `grad f(x)`.
     pub grad: Tree<A>,
+    /// The update returned (`new_lr * -grad`).
     pub update: Tree<A>,
+    /// `x + update`.
     pub x_next: Tree<A>,
+    /// The learning rate in the state before the step.
     pub prev_lr: A,
+    /// The state after the step.
     pub state: State<A>,
     /// Objective evaluations made by the update.
     pub evals: usize,
@@ -200,9 +226,13 @@ pub struct StepRecord<A> {
 
 /// What a run produced.
 pub struct Run<A> {
+    /// Signature of the state `init` built.
     pub init_signature: Signature,
+    /// Every step, in order.
     pub steps: Vec<StepRecord<A>>,
+    /// The staged line search after the run (its trace count and log).
     pub staged: Staged<SgdLineSearch>,
+    /// The objective with its evaluation counter after the last update.
     pub objective: CaseObjective,
 }
 
@@ -911,10 +941,15 @@ fn faces_agree_e<A: Real, S: TraceSubject>(
 /// of the workspace's summation order ([`crate::backend::BLOCK`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct AlongCase {
+    /// Dimension: small (`0..40`) or around multiples of [`crate::backend::BLOCK`].
     pub dim: usize,
+    /// Seed of the coordinates.
     pub seed: u64,
+    /// Magnitude of `w`'s coordinates (1 or `[1e-3, 1e3)`).
     pub scale: f64,
+    /// The step `eta` (0, 1 or `[-2, 2)`).
     pub eta: f64,
+    /// Run in f32 (else f64).
     pub f32: bool,
 }
 

@@ -83,10 +83,17 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Family {
+    /// RAdam's `lax.cond`-versus-`jnp.where` selection (optax #580/#969).
     CondVsWhere,
+    /// Optimizer states whose signature must stay fixed across updates (Muon's coefficients,
+    /// optax #1186; the Adam/RAdam moment states).
     FixedStateShape,
+    /// Staged steps that must trace once and keep memory flat (line search, optax #1171; CNF
+    /// training, diffrax #574; the RAdam step).
     TraceCount,
+    /// Peak memory of the stacked low-precision initialisation (equinox #673).
     Fp16InitPeaks,
+    /// Numerical accuracy laws outside the four families (solvers, gradients, densities).
     Numerics,
 }
 
@@ -105,7 +112,9 @@ impl std::fmt::Display for Family {
 /// How to run a law.
 #[derive(Debug, Clone, Copy)]
 pub struct RunConfig {
+    /// Cases per law, or `None` for each law's own default.
     pub cases: Option<u32>,
+    /// Seed of every law's case generator.
     pub seed: u64,
 }
 
@@ -163,20 +172,29 @@ impl RunConfig {
 /// The result of running one law (the `check` JSON row of `docs/CLI.md`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LawReport {
+    /// The law's name.
     pub name: String,
+    /// Its family.
     pub family: Family,
+    /// Cases run.
     pub cases: u32,
+    /// Whether every case held.
     pub passed: bool,
+    /// Wall time of the run, in seconds.
     pub seconds: f64,
+    /// The shrunk failing case and the failure message, when it failed.
     pub counterexample: Option<String>,
 }
 
 /// A registered law.
 pub struct Law {
+    /// Unique name (`harness check --law` matches on it).
     pub name: &'static str,
+    /// Its family.
     pub family: Family,
     /// One line: what must hold.
     pub summary: &'static str,
+    /// Cases run when the configuration does not say.
     pub default_cases: u32,
     /// Measures process-wide memory: run serialised (the memory test binary, or the CLI).
     pub measures_memory: bool,

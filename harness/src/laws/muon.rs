@@ -40,7 +40,9 @@ pub fn gaussian(seed: u64, n: usize) -> Vec<f64> {
 /// Which coefficients a case uses.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Coeffs {
+    /// The `"standard"` preset (Keller Jordan's quintic), 5 steps.
     Standard,
+    /// The `"dion"` preset (one row per iteration), 5 steps.
     Dion,
     /// `[3]` with this many steps.
     Single([f64; 3], usize),
@@ -49,6 +51,16 @@ pub enum Coeffs {
 }
 
 impl Coeffs {
+    /// The coefficient spec and `ns_steps` this case hands to [`MuonHyper`].
+    ///
+    /// ```
+    /// use harness::laws::muon::Coeffs;
+    /// use harness::optim::CoeffSpec;
+    /// assert_eq!(Coeffs::Standard.spec(), (CoeffSpec::Preset("standard".into()), 5));
+    /// let rows = Coeffs::Rows(vec![[3.0, -4.0, 1.5]; 2], 4);
+    /// assert_eq!(rows.spec().1, 4);
+    /// assert_eq!(rows.expected_iterations(), 2);
+    /// ```
     pub fn spec(&self) -> (CoeffSpec, usize) {
         match self {
             Coeffs::Standard => (CoeffSpec::Preset("standard".into()), 5),
@@ -82,16 +94,24 @@ fn coeffs_strategy() -> impl Strategy<Value = Coeffs> {
 /// A parameter tree (names `p0, p1, ...`), its dtype, and a run over it.
 #[derive(Clone, Debug)]
 pub struct MuonCase {
+    /// Dtype of every parameter and gradient.
     pub dtype: DType,
+    /// Shape of each parameter `p0, p1, ...` (2-D ones go through Muon, the rest through AdamW).
     pub shapes: Vec<Vec<usize>>,
+    /// The Newton–Schulz coefficients.
     pub coeffs: Coeffs,
+    /// Nesterov momentum.
     pub nesterov: bool,
+    /// Muon weight decay (0 or 0.1 from [`muon_case`]).
     pub weight_decay: f64,
+    /// Updates to run.
     pub steps: usize,
+    /// Seed of the parameter and gradient draws.
     pub seed: u64,
 }
 
 impl MuonCase {
+    /// `MuonHyper::new(0.02)` with this case's coefficients, Nesterov flag and weight decay.
     pub fn hyper(&self) -> MuonHyper {
         let (ns_coeffs, ns_steps) = self.coeffs.spec();
         MuonHyper {
@@ -118,6 +138,8 @@ fn dtype_strategy() -> impl Strategy<Value = DType> {
     prop_oneof![Just(DType::F64), Just(DType::F32), Just(DType::F16)]
 }
 
+/// Random [`MuonCase`]s: f16/f32/f64, 1-3 leaves (zero-size, vectors, scalars and 3-D included),
+/// any coefficients, 1-4 steps.
 pub fn muon_case() -> impl Strategy<Value = MuonCase> {
     (
         dtype_strategy(),
@@ -252,10 +274,15 @@ fn state_fixed_e<E: Float, T: Transform<E, State = MuonState<E::Acc>>>(
 /// A matrix input of the numerics laws.
 #[derive(Clone, Debug)]
 pub struct MatCase {
+    /// Rows (`>= 1`).
     pub rows: usize,
+    /// Columns (`>= 1`).
     pub cols: usize,
+    /// f32 or f64.
     pub dtype: DType,
+    /// Coefficients whose iteration stays bounded ([`bounded_coeffs`]).
     pub coeffs: Coeffs,
+    /// Seed of the Gaussian input.
     pub seed: u64,
 }
 
@@ -271,6 +298,7 @@ pub fn bounded_coeffs() -> impl Strategy<Value = Coeffs> {
     ]
 }
 
+/// Random [`MatCase`]s of up to `max x max`, f32 or f64, with bounded coefficients.
 pub fn mat_case(max: usize) -> impl Strategy<Value = MatCase> {
     (
         1..=max,
@@ -378,6 +406,8 @@ pub fn planned_matches_composed(case: &MatCase) -> Result<(), String> {
 /// symmetric products; returns the iterations run.
 pub trait PlannedNs {
     #[allow(clippy::too_many_arguments)]
+    /// Orthogonalise `x` (row-major `rows x cols`) into `out` with `steps` iterations of `coeffs`
+    /// and normaliser `eps`; returns the iterations run.
     fn run<A: Real>(
         &self,
         rows: usize,
@@ -536,18 +566,25 @@ pub const BAND_INPUT_FLOOR: f64 = 0.01;
 /// 2e5 points, numpy), rounded outwards at the third decimal. "standard": P ranges over
 /// [0.68183, 1.13436] -> [0.681, 1.135]; "dion": [0.97775, 1.03178] -> [0.977, 1.032].
 pub const STANDARD_BAND: (f64, f64) = (0.681, 1.135);
+/// The "dion" preset's band (see [`STANDARD_BAND`]).
 pub const DION_BAND: (f64, f64) = (0.977, 1.032);
 
 /// A Gaussian band input: the preset, the small and large side, orientation, seed.
 #[derive(Clone, Debug)]
 pub struct BandCase {
+    /// Use the "dion" preset (else "standard").
     pub dion: bool,
+    /// The small side, `1..=16`.
     pub m: usize,
+    /// The large side, `max(2m, 2)..=48`.
     pub n: usize,
+    /// `n x m` (tall) rather than `m x n`.
     pub tall: bool,
+    /// Seed of the Gaussian input.
     pub seed: u64,
 }
 
+/// Random [`BandCase`]s with `n >= 2m`.
 pub fn band_case() -> impl Strategy<Value = BandCase> {
     (any::<bool>(), 1usize..=16, any::<bool>(), any::<u64>())
         .prop_flat_map(|(dion, m, tall, seed)| {
@@ -674,7 +711,9 @@ fn zero_e<E: Float, T: Transform<E>>(
 /// One group of parameters of a single dtype.
 #[derive(Clone, Debug)]
 pub struct Group {
+    /// Dtype of every leaf of the group.
     pub dtype: DType,
+    /// Shapes of the group's leaves.
     pub shapes: Vec<Vec<usize>>,
 }
 
@@ -682,15 +721,23 @@ pub struct Group {
 /// `assign`.
 #[derive(Clone, Debug)]
 pub struct ShardCase {
+    /// The groups, 1-3 of them.
     pub groups: Vec<Group>,
+    /// The order in which the groups are updated (a permutation of their indices).
     pub order: Vec<usize>,
+    /// Shards, `1..=4`.
     pub shards: usize,
+    /// Shard of each leaf (see [`Sharding`]).
     pub assign: Vec<usize>,
+    /// The Newton–Schulz coefficients.
     pub coeffs: Coeffs,
+    /// Updates per group (1 or 2).
     pub steps: usize,
+    /// Seed of the parameter and gradient draws.
     pub seed: u64,
 }
 
+/// Random [`ShardCase`]s: 1-3 groups of mixed dtypes, a shuffled order, 1-4 shards.
 pub fn shard_case() -> impl Strategy<Value = ShardCase> {
     let group = (
         dtype_strategy(),

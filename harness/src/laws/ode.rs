@@ -20,9 +20,13 @@ use proptest::prelude::*;
 /// A damped rotation `y' = [[-a, w], [-w, -a]] y` from `y0` over `[0, t1]`: closed form known.
 #[derive(Debug, Clone, Copy)]
 pub struct RotationCase {
+    /// Damping rate `a`, in `[0, 1)`.
     pub alpha: f64,
+    /// Angular frequency `w`, in `[0.2, 2)`.
     pub omega: f64,
+    /// Initial state (non-zero).
     pub y0: [f64; 2],
+    /// End time (the solve starts at 0), in `[0.5, 2)`.
     pub t1: f64,
 }
 
@@ -98,12 +102,19 @@ pub fn convergence_order_of(
 /// A PID run on a damped rotation.
 #[derive(Debug, Clone, Copy)]
 pub struct PidCase {
+    /// The system solved, with its closed form.
     pub problem: RotationCase,
+    /// Relative tolerance; the absolute tolerance is `rtol * 1e-2`.
     pub rtol: f64,
+    /// Proportional coefficient (0, 0.3 or 0.4).
     pub pcoeff: f64,
+    /// Integral coefficient (1 or 0.3).
     pub icoeff: f64,
+    /// Smallest shrink factor, in `[0.1, 0.5)`.
     pub factormin: f64,
+    /// Safety factor, in `[0.5, 0.95)`.
     pub safety: f64,
+    /// Solve from `t1` down to 0 instead of from 0 to `t1`.
     pub backward: bool,
 }
 
@@ -347,12 +358,19 @@ pub fn round_trip_with<S: SolveSubject>(c: &PidCase, subject: &S) -> Result<(), 
 /// Bad input for a solve: each field may be made invalid.
 #[derive(Debug, Clone, Copy)]
 pub struct BadInput {
+    /// First state component (any value, NaN and infinities included); the second is 1.
     pub y0: f64,
+    /// Start time (possibly non-finite).
     pub t0: f64,
+    /// End time (possibly non-finite).
     pub t1: f64,
+    /// First (PID) or constant step (possibly zero, non-finite or of the wrong sign).
     pub dt0: f64,
+    /// PID relative tolerance (possibly `<= 0` or non-finite).
     pub rtol: f64,
+    /// Pass an empty state.
     pub empty_state: bool,
+    /// Use a constant step rather than the PID controller.
     pub constant: bool,
 }
 
@@ -467,12 +485,15 @@ pub fn check_bad_input(
 pub struct GradCase {
     /// `None`: the damped rotation of `rotation`; `Some([alpha, beta, gamma, delta])`: LV.
     pub lv: Option<[f64; 4]>,
+    /// The damped rotation (its `y0` and `t1` also serve the LV case, with `y0` made positive).
     pub rotation: RotationCase,
     /// Index into [`Solver::ALL`].
     pub solver: usize,
     /// `Some(k)`: constant step `t1/k`; `None`: PID with `rtol`.
     pub steps: Option<u32>,
+    /// PID relative tolerance, used when `steps` is `None`.
     pub rtol: f64,
+    /// Weights of the loss `L = <w, y(t1)>`, in `[-1, 1)`.
     pub w: [f64; 2],
     /// Solve backward, from `rotation.t1` down to 0 (`t1 < t0`), instead of from 0 to `t1`.
     pub backward: bool,
@@ -626,7 +647,9 @@ impl GradCase {
 pub struct GradProblem<'a> {
     /// Method, controller, interval and options of the forward solve.
     pub integration: Integration<'a, f64>,
+    /// Initial state.
     pub y0: &'a [f64],
+    /// Weights of the loss `L = <w, y(t1)>` (length of the state).
     pub w: &'a [f64],
 }
 
@@ -755,10 +778,15 @@ pub fn checkpointed_equals_full(c: &GradCase) -> Result<(), String> {
 /// constant steps, per mode.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct GradMemory {
+    /// Constant steps `n` over `[0, 1]`.
     pub steps: usize,
+    /// Checkpoints of the checkpointed run, `ceil(sqrt(n))`.
     pub checkpoints: usize,
+    /// Bytes of one state (`8 * dim`).
     pub state_bytes: usize,
+    /// Peak bytes above baseline of the full-tape gradient.
     pub full_tape_peak: usize,
+    /// Peak bytes above baseline of the subject's checkpointed gradient.
     pub checkpointed_peak: usize,
     /// Forward steps of the checkpointed run ([`Gradient::forward_steps`]).
     pub forward_steps: usize,
@@ -903,13 +931,19 @@ pub fn grad_memory_bound(solver: &usize) -> Result<(), String> {
 /// the method has an error estimate and `rtol` is given, else constant steps).
 #[derive(Debug, Clone)]
 pub struct FaceCase {
+    /// Index into [`Solver::ALL`].
     pub solver: usize,
+    /// Run in f32 (else f64).
     pub f32: bool,
+    /// Initial state, 1 to 5 components in `[-2, 2)`.
     pub y0: Vec<f64>,
     /// `(a, w, b)`.
     pub coeffs: (f64, f64, f64),
+    /// Start time (near zero, moderate, or up to `1e5`).
     pub t0: f64,
+    /// Step, either sign, magnitude in `[0.01, 0.3)`.
     pub dt: f64,
+    /// PID relative tolerance of the whole solve, or `None` for constant steps.
     pub rtol: Option<f64>,
 }
 

@@ -29,8 +29,11 @@ pub const FAILURE_DIR_ENV: &str = "HARNESS_FAILURE_DIR";
 /// What replays a failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
+    /// The failing law's registry name.
     pub law: String,
+    /// The seed of the failing run.
     pub seed: u64,
+    /// The case count of the failing run (with the seed, it replays the same cases).
     pub cases: u32,
 }
 

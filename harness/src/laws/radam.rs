@@ -79,6 +79,7 @@ fn where_matches_branch_e<E: Float>(case: &OptCase, branch: &RadamForm) -> Resul
 
 /// The implementation whose branches are inspected (the reference, or a mutant).
 pub trait BranchSubject {
+    /// Both branches of the RAdam step `opt` would take from `(grads, state, params)`.
     fn branches<E: Float>(
         &self,
         opt: &ScaleByRadam,
@@ -461,6 +462,7 @@ fn state_signature_fixed_e<E: Float>(case: &OptCase) -> Result<(), String> {
 /// Something that takes optimizer steps in place (the reference forms, a mutant, or any
 /// [`crate::subject::Optimizer`] holding its state).
 pub trait Stepper {
+    /// One step: `params += update(grads)`, advancing the stepper's own state.
     fn step(&mut self, params: &mut Tree<f32>, grads: &Tree<f32>) -> Result<()>;
     /// Traces (specialisations) so far; `None` when the stepper does not stage its update.
     fn traces(&self) -> Option<usize>;
@@ -477,11 +479,14 @@ impl Stepper for FusedMoments<f32> {
 
 /// The composed form under [`Jit`], holding its state: `params += update(grads)`.
 pub struct JitStepper<T: Transform<f32>> {
+    /// The staged transform.
     pub jit: Jit<T>,
+    /// Its state after the last step.
     pub state: T::State,
 }
 
 impl<T: Transform<f32>> JitStepper<T> {
+    /// `transform` staged, with its state initialised for `params`.
     pub fn new(transform: T, params: &Tree<f32>) -> Result<Self> {
         let state = transform.init(params)?;
         Ok(Self {
@@ -506,7 +511,9 @@ impl<T: Transform<f32>> Stepper for JitStepper<T> {
 /// Size and length of a memory run.
 #[derive(Debug, Clone, Copy)]
 pub struct MemCase {
+    /// Elements of the single f32 leaf.
     pub elements: usize,
+    /// Steps measured after the warm-up.
     pub steps: usize,
 }
 

@@ -20,14 +20,30 @@ use proptest::strategy::Strategy as Gen;
 /// Sizes, dtype and seed of one stack (unvalidated: the laws validate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StackCase {
+    /// Layer count `N`.
     pub layers: usize,
+    /// Width `D` (input and output of each block).
     pub width: usize,
+    /// Hidden size `H`.
     pub hidden: usize,
+    /// Element dtype (must be a float for a valid case).
     pub dtype: DType,
+    /// Initialisation seed.
     pub seed: u64,
 }
 
 impl StackCase {
+    /// The validated configuration, or the error (naming the field) as a string.
+    ///
+    /// ```
+    /// use harness::backend::DType;
+    /// use harness::laws::stack::StackCase;
+    /// let case = StackCase { layers: 2, width: 3, hidden: 4, dtype: DType::F16, seed: 1 };
+    /// assert_eq!(case.config()?.params_per_layer(), 2 * 3 * 4 + 4 + 3);
+    /// let zero = StackCase { layers: 0, ..case };
+    /// assert!(zero.config().unwrap_err().contains("layers"));
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn config(&self) -> Result<StackConfig, String> {
         StackConfig::new(self.layers, self.width, self.hidden, self.dtype).map_err(err)
     }
@@ -76,6 +92,8 @@ pub fn large_stack_case() -> impl Gen<Value = StackCase> {
 
 /// The implementation under test: builds the model of `cfg` with `strategy`.
 pub trait InitSubject {
+    /// Build the model of `cfg` from `seed` with `strategy`, calling `obs` at its allocation and
+    /// release points.
     fn build(
         &self,
         cfg: &StackConfig,
@@ -109,14 +127,21 @@ impl Observer for Timeline {
 /// One strategy's measured peak against its bound.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PeakRow {
+    /// The strategy's CLI name.
     pub name: String,
+    /// Measured peak of live bytes above the baseline, on the building thread.
     pub peak_bytes: usize,
     /// `peak_bytes / final_bytes`.
     pub ratio: f64,
+    /// The strategy's analytic bound, in bytes.
     pub bound_bytes: usize,
+    /// `bound_bytes / final_bytes`.
     pub bound_ratio: f64,
+    /// The bound's formula, e.g. `N*P*(4+s)`.
     pub formula: String,
+    /// `peak_bytes <= bound_bytes`.
     pub within_bound: bool,
+    /// The build's checksum, 16 hex digits (equal across strategies).
     pub checksum: String,
 }
 
@@ -379,6 +404,7 @@ pub fn input<E: Float>(cfg: &StackConfig, batch: usize, seed: u64) -> Array<E> {
 
 /// The forward pass under test: the scan over a stacked model (`[B, D]` in, `[B, D]` out).
 pub trait ScanSubject {
+    /// Run the stacked blocks over the batch `x` (`[B, D]`), returning `[B, D]`.
     fn scan<E: Float>(
         &self,
         stack: &crate::stack::Stacked<E>,

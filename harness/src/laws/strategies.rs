@@ -8,10 +8,15 @@ use proptest::prelude::*;
 /// one gradient vector per step.
 #[derive(Clone, PartialEq)]
 pub struct OptCase {
+    /// Moment hyperparameters and RAdam threshold.
     pub hyper: RadamHyper,
+    /// Learning rate.
     pub learning_rate: f64,
+    /// Dtype of the parameters.
     pub dtype: DType,
+    /// Initial values of the flat leaf.
     pub params: Vec<f64>,
+    /// One gradient vector per step, each of `params.len()` values.
     pub grads: Vec<Vec<f64>>,
 }
 

@@ -22,8 +22,13 @@ use crate::reference::Result;
 /// Which bookkeeping of the flow is wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlowBug {
+    /// The blocks are integrated in forward order when computing `log p(x)` (the reverse solve must
+    /// run the last block first).
     ForwardBlockOrder,
+    /// Each block's log-density change is not added to the one carried in from the blocks before
+    /// it.
     DeltaNotCarried,
+    /// The trace term enters the log-density with the wrong sign.
     TraceSignFlipped,
 }
 

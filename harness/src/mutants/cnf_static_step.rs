@@ -63,6 +63,7 @@ pub fn typed_subject<A: Real>(trainer: Trainer<A>) -> Box<dyn TrainSubject<A>> {
     Box::new(StaticStep::new(trainer))
 }
 
+/// The `cnf-static-step` mutant (diffrax #574), caught by `cnf_train_trace_once`.
 pub fn mutant() -> Mutant {
     Mutant {
         name: "cnf-static-step",

@@ -41,6 +41,7 @@ impl TraceSubject for RebuiltObjective {
     }
 }
 
+/// The `linesearch-rebuilt-objective` mutant (optax #1171), caught by `linesearch_trace_once`.
 pub fn mutant() -> Mutant {
     Mutant {
         name: "linesearch-rebuilt-objective",

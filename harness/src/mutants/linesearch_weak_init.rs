@@ -38,6 +38,7 @@ impl TraceSubject for WeakInit {
     }
 }
 
+/// The `linesearch-weak-init` mutant (optax #1171 / PR #1175), caught by `linesearch_trace_once`.
 pub fn mutant() -> Mutant {
     Mutant {
         name: "linesearch-weak-init",

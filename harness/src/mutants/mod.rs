@@ -31,6 +31,7 @@ use std::time::Instant;
 
 /// A re-created bug and the law that must catch it.
 pub struct Mutant {
+    /// Unique name (`harness mutants --only` selects it by this exact name).
     pub name: &'static str,
     /// Upstream issue it re-creates.
     pub incident: &'static str,
@@ -43,11 +44,17 @@ pub struct Mutant {
 /// One row of `harness mutants`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct MutantReport {
+    /// The mutant's name.
     pub name: String,
+    /// The upstream issue it re-creates.
     pub incident: String,
+    /// The law run against it.
     pub law: String,
+    /// Whether the law failed on it (the expected outcome).
     pub caught: bool,
+    /// The law's counterexample, when caught.
     pub counterexample: Option<String>,
+    /// Wall time of the run, in seconds.
     pub seconds: f64,
 }
 

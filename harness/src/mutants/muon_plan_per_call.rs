@@ -10,7 +10,9 @@ use crate::optim::muon::NsPlan;
 /// Builds a fresh [`NsPlan`] (one thread) for every run.
 #[derive(Debug, Clone, Copy)]
 pub struct PlanPerCall {
+    /// Rows of the matrices run.
     pub rows: usize,
+    /// Columns of the matrices run.
     pub cols: usize,
 }
 

@@ -133,8 +133,11 @@ pub fn require_installed() -> crate::Result<()> {
 /// The counters at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Counters {
+    /// Bytes allocated and not yet freed.
     pub live_bytes: usize,
+    /// Largest `live_bytes` since the peak was last reset.
     pub peak_bytes: usize,
+    /// Allocations made so far (frees not subtracted).
     pub allocations: u64,
 }
 

@@ -10,7 +10,9 @@ use super::{counters_in, Scope};
 /// One sample: live bytes and the peak so far, both above the timeline's baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Sample {
+    /// Live bytes above the baseline when the sample was taken.
     pub live_bytes: usize,
+    /// Peak live bytes above the baseline up to the sample.
     pub peak_bytes: usize,
 }
 
@@ -55,6 +57,7 @@ impl Timeline {
             self.dropped += 1;
         }
     }
+    /// The samples taken, in order (at most the capacity; see [`Timeline::dropped`]).
     pub fn samples(&self) -> &[Sample] {
         &self.samples
     }

@@ -27,6 +27,7 @@ pub struct ReportConfig {
     pub seed: Option<u64>,
     /// Run the mutants (all of them, or the one named by `mutant_only`).
     pub mutants: bool,
+    /// Run only the mutant of this name (with `mutants`), instead of all.
     pub mutant_only: Option<String>,
     /// Directory of golden-v1 cases to replay (none when `None`).
     pub golden: Option<PathBuf>,
@@ -91,6 +92,7 @@ impl ReportConfig {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GoldenRow {
     #[serde(flatten)]
+    /// The case's identity and verdict.
     pub result: crate::golden::CaseResult,
     /// Numbers compared (integer counts excluded).
     pub compared: usize,
@@ -130,11 +132,17 @@ pub fn golden_bin(r: f64) -> usize {
 /// The init-peak measurement at the report's size.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct InitPeaks {
+    /// Layer count `N`.
     pub layers: usize,
+    /// Width `D`.
     pub width: usize,
+    /// Hidden size `H`.
     pub hidden: usize,
+    /// Parameter dtype.
     pub dtype: crate::backend::DType,
+    /// Bytes of the finished stack, `N*P*s`.
     pub final_bytes: usize,
+    /// One row per strategy of the reference build.
     pub strategies: Vec<PeakRow>,
     /// The same measurement with `stack-vmap-fp32` standing in for the reference.
     pub mutant: Vec<PeakRow>,
@@ -146,13 +154,19 @@ pub struct InitPeaks {
 /// Everything the report shows (serialised as `check.json`; `laws` is `check --json`'s array).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Report {
+    /// One row per law run.
     pub laws: Vec<LawReport>,
+    /// One row per mutant run (empty unless the report ran the mutants).
     pub mutants: Vec<MutantReport>,
+    /// One row per golden case replayed.
     pub golden: Vec<GoldenRow>,
     /// Counts per bin of [`golden_bins`], per golden kind.
     pub golden_histogram: Vec<(String, Vec<usize>)>,
+    /// Sizes of the optimizer step runs.
     pub step_config: StepConfig,
+    /// Memory and time of each optimizer step run.
     pub memory: Vec<StepRun>,
+    /// The init-peak measurement, when it ran.
     pub init_peaks: Option<InitPeaks>,
     /// Problems met while measuring (an optimizer that errored, an unreadable golden file).
     pub errors: Vec<String>,

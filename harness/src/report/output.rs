@@ -32,6 +32,7 @@ pub struct Outputs {
 }
 
 impl Outputs {
+    /// No inputs and no outputs yet.
     pub fn new() -> Self {
         Self::default()
     }

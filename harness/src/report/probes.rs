@@ -38,11 +38,13 @@ pub struct StepConfig {
 pub struct StepRun {
     /// `adam`, `radam`, `muon`, `linesearch` or `cnf`: the chart the run is drawn on.
     pub family: &'static str,
+    /// The optimizer's (or mutant's) name as the chart labels it.
     pub name: String,
     /// The re-created upstream bug this run is, if any.
     pub mutant: Option<&'static str>,
     /// What is staged, and where its trace count comes from.
     pub staged: &'static str,
+    /// Traces the staged part made over the run.
     pub traces: usize,
     /// Live bytes after each step, above the live bytes before the first step.
     pub live_bytes: Vec<usize>,

@@ -11,7 +11,9 @@ use std::fmt::Write;
 /// One named line.
 #[derive(Debug, Clone)]
 pub struct Series {
+    /// Legend entry.
     pub name: String,
+    /// `(x, y)` points, drawn in order.
     pub points: Vec<(f64, f64)>,
 }
 
@@ -84,7 +86,9 @@ pub struct Style {
 /// Options of [`line_chart_with`]; the default is what [`line_chart`] draws.
 #[derive(Debug, Clone, Default)]
 pub struct LineOptions {
+    /// How the x axis maps values.
     pub x: Axis,
+    /// How the y axis maps values.
     pub y: Axis,
     /// One style per series, by position (missing ones are solid lines without markers).
     pub styles: Vec<Style>,
@@ -472,13 +476,16 @@ pub fn line_chart_with(
 /// One named group member of a bar chart: a value per category (`NaN`: none, and no slot).
 #[derive(Debug, Clone)]
 pub struct Bars {
+    /// Legend entry.
     pub name: String,
+    /// One value per category, in category order.
     pub values: Vec<f64>,
 }
 
 /// The value axis of a bar chart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scale {
+    /// Linear from 0.
     Linear,
     /// Log 10 from half a decade below the smallest positive value; values `<= 0` draw no bar.
     Log,
@@ -818,8 +825,11 @@ mod tests {
 /// A density on a regular grid over `[x0, x1] x [y0, y1]`, row 0 at `y0`.
 #[derive(Debug, Clone)]
 pub struct Grid {
+    /// Cells per row.
     pub nx: usize,
+    /// Rows.
     pub ny: usize,
+    /// `(x0, x1, y0, y1)`.
     pub extent: (f64, f64, f64, f64),
     /// `ny * nx` non-negative values (NaN cells are drawn grey).
     pub values: Vec<f64>,

@@ -44,18 +44,31 @@ pub type SharedField = Arc<dyn VectorField<f64> + Send + Sync>;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Stepping {
     /// Constant steps of `dt` (the sign of `t1 - t0`; the last step may be shorter).
-    Constant { dt: f64 },
+    Constant {
+        /// The step, non-zero and signed like `t1 - t0`.
+        dt: f64,
+    },
     /// Error-per-step control with relative and absolute tolerances.
-    Adaptive { rtol: f64, atol: f64 },
+    Adaptive {
+        /// Relative tolerance (`> 0`).
+        rtol: f64,
+        /// Absolute tolerance (`> 0`).
+        atol: f64,
+    },
 }
 
 /// One initial value problem to solve: `dy/dt = f(t, y)`, `y(t0) = y0`, up to `t1`.
 #[derive(Clone)]
 pub struct SolveRequest {
+    /// The right-hand side `f(t, y)`.
     pub field: SharedField,
+    /// Start time.
     pub t0: f64,
+    /// End time (either side of `t0`).
     pub t1: f64,
+    /// Initial state.
     pub y0: Vec<f64>,
+    /// How steps are placed.
     pub stepping: Stepping,
     /// Attempted steps (accepted and rejected) allowed before the solver must give up.
     pub max_steps: usize,
@@ -74,8 +87,11 @@ impl std::fmt::Debug for SolveRequest {
 /// What a solve returned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SolveReport {
+    /// The state at `t1`.
     pub y_final: Vec<f64>,
+    /// Steps accepted.
     pub accepted: usize,
+    /// Steps rejected (0 for constant steps).
     pub rejected: usize,
 }
 
@@ -101,6 +117,7 @@ pub trait OdeSolver: Send + Sync {
 pub struct ReferenceSolver(pub Solver);
 
 impl ReferenceSolver {
+    /// The reference solver with this tableau (the same as `ReferenceSolver(solver)`).
     pub fn new(solver: Solver) -> Self {
         Self(solver)
     }
@@ -145,6 +162,7 @@ impl OdeSolver for ReferenceSolver {
 /// How a solve under the time limit ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
+    /// The solver answered.
     Solved(SolveReport),
     /// The solver returned an error (the expected answer to bad input).
     Refused(String),
@@ -192,6 +210,7 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 pub struct SuiteOptions {
     /// Cases per law (default 24).
     pub cases: u32,
+    /// Seed of the case generators (default [`DEFAULT_SEED`]).
     pub seed: u64,
     /// Time limit of one solve (default 10 s).
     pub time_limit: Duration,
@@ -458,8 +477,11 @@ pub fn step_budget_honoured(
 /// One way of making a request invalid.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BadInput {
+    /// A non-finite initial state entry.
     Y0(f64),
+    /// A non-finite start time.
     T0(f64),
+    /// A non-finite end time.
     T1(f64),
     /// A non-positive or non-finite `rtol` (adaptive) or step (constant).
     Tolerance(f64),

@@ -93,6 +93,7 @@ pub struct Staged<T> {
 }
 
 impl<T> Staged<T> {
+    /// Stage `transform`: its `update` is traced once per state signature.
     pub fn new(transform: T) -> Self {
         Self {
             jit: Jit::new(transform),
@@ -143,8 +144,11 @@ pub enum Algorithm {
 /// hyperparameters (`hyper.moments` for Adam; all of `hyper` for RAdam).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OptimizerSpec {
+    /// Adam or RAdam.
     pub algorithm: Algorithm,
+    /// Learning rate (finite for a valid spec).
     pub learning_rate: f64,
+    /// Moment hyperparameters (`hyper.moments`) and, for RAdam, the threshold.
     pub hyper: RadamHyper,
 }
 
@@ -183,7 +187,9 @@ impl Default for SuiteOptions {
 /// The suite's verdicts on one subject.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SuiteReport {
+    /// The subject's name.
     pub subject: String,
+    /// One row per law that applied, in order.
     pub laws: Vec<LawReport>,
     /// Laws that do not apply to this subject, with the reason.
     pub not_applicable: Vec<(String, String)>,
@@ -606,6 +612,7 @@ pub fn one_trace<E: Float, O: Optimizer<E>>(
 /// Invalid hyperparameters (one field out of its range) for an algorithm.
 #[derive(Debug, Clone, Copy)]
 pub struct InvalidCase {
+    /// The spec, valid except for `field`.
     pub spec: OptimizerSpec,
     /// Which field is out of range.
     pub field: &'static str,

@@ -305,25 +305,46 @@ pub const ODE_SOLVERS: [&str; 7] = [
 #[derive(Debug, Clone, PartialEq)]
 pub enum OdeProblem {
     /// `y' = A y` with `A = [[-alpha, -omega], [omega, -alpha]]` (a damped rotation).
-    Rotation { alpha: f64, omega: f64 },
+    Rotation {
+        /// Damping rate `alpha`.
+        alpha: f64,
+        /// Angular frequency `omega`.
+        omega: f64,
+    },
     /// `x' = alpha x - beta x p`, `p' = delta x p - gamma p`.
     LotkaVolterra([f64; 4]),
     /// `y0' = y1`, `y1' = mu (1 - y0^2) y1 - y0`.
-    VanDerPol { mu: f64 },
+    VanDerPol {
+        /// Damping strength `mu`.
+        mu: f64,
+    },
     /// `y' = -k y + sin(w t)`, elementwise.
-    ForcedDecay { k: f64, w: f64 },
+    ForcedDecay {
+        /// Decay rate `k`.
+        k: f64,
+        /// Angular frequency `w` of the forcing.
+        w: f64,
+    },
 }
 
 /// How the solve places its steps.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OdeController {
     /// Constant steps of `dt0` (signed by the direction of integration).
-    Constant { dt0: f64 },
+    Constant {
+        /// Step magnitude (positive; the sign follows the direction).
+        dt0: f64,
+    },
     /// diffrax's `PIDController`; `pi` sets `pcoeff = icoeff = 0.3`.
     Pid {
+        /// Relative tolerance; the absolute tolerance is `rtol / 100`.
         rtol: f64,
+        /// First step magnitude (signed by the direction), or `None` for diffrax's automatic
+        /// choice.
         dt0: Option<f64>,
+        /// Use PI coefficients `pcoeff = icoeff = 0.3` (else pure I).
         pi: bool,
+        /// Largest step, if capped.
         dtmax: Option<f64>,
     },
 }
@@ -331,14 +352,21 @@ pub enum OdeController {
 /// One drawn solve.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OdeCase {
+    /// The system and its arguments.
     pub problem: OdeProblem,
+    /// Initial state (2 components, or 1-3 for the forced decay).
     pub y0: Vec<f64>,
+    /// The golden-v1 solver name (`euler`, `heun`, ..., `dopri5`).
     pub solver: &'static str,
+    /// Step placement (always constant for `euler`).
     pub controller: OdeController,
     /// Length of the interval.
     pub horizon: f64,
+    /// Start time, 0 or 0.5.
     pub t0: f64,
+    /// Integrate from `t0 + horizon` down to `t0` instead of upwards.
     pub backward: bool,
+    /// Run in f32 (else f64).
     pub f32: bool,
 }
 
@@ -481,8 +509,11 @@ pub fn ode_input(case: &OdeCase) -> Value {
 /// points) integrated by `solver` with constant steps of `dt0` over `[t0, t0 + horizon]`.
 #[derive(Debug, Clone)]
 pub struct CnfCase {
+    /// The model (its `cfg` carries the solver, interval and step) and its points.
     pub model: ModelCase,
+    /// The Runge–Kutta method, as also set in `model.cfg.solver`.
     pub solver: Solver,
+    /// Run in f32 (else f64).
     pub f32: bool,
 }
 

@@ -60,21 +60,36 @@ impl<E: Copy + Default> Array<E> {
             data,
         }
     }
+    /// The dimensions, outermost first (empty for a 0-d tensor).
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
+    /// The elements in row-major order; `len() == shape().iter().product()`.
     pub fn data(&self) -> &[E] {
         &self.data
     }
+    /// Mutable access to the row-major elements (the shape cannot change through it).
     pub fn data_mut(&mut self) -> &mut [E] {
         &mut self.data
     }
+    /// Consume the array, returning its row-major buffer without a copy.
     pub fn into_data(self) -> Vec<E> {
         self.data
     }
+    /// Number of elements (the product of the shape; 1 for a 0-d tensor).
     pub fn len(&self) -> usize {
         self.data.len()
     }
+    /// `true` when some dimension is 0 (a 0-d tensor holds one element and is not empty).
+    ///
+    /// ```
+    /// use harness_reference::backend::Array;
+    /// let empty = Array::<f32>::zeros(&[2, 0])?;
+    /// assert_eq!((empty.len(), empty.is_empty()), (0, true));
+    /// let s = Array::scalar(1.5f64);
+    /// assert_eq!((s.shape(), s.len(), s.is_empty()), (&[][..], 1, false));
+    /// # Ok::<(), harness_reference::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }

@@ -148,9 +148,11 @@ impl<A: Real> Ten<A> {
         use dfdx::prelude::HasShape;
         self.0.shape().0
     }
+    /// `true` for a vector of length 0.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Element-wise IEEE square root (correctly rounded; NaN for negative input).
     pub fn sqrt(self) -> Self {
         Ten(A::t_sqrt(self.0))
     }
@@ -336,6 +338,7 @@ impl<A: Real> Mat<A> {
     pub fn from_vec(dev: &Cpu, rows: usize, cols: usize, data: Vec<A>) -> Self {
         Mat(dev.tensor((data, (rows, cols))))
     }
+    /// `(rows, cols)`.
     pub fn shape(&self) -> (usize, usize) {
         use dfdx::prelude::HasShape;
         *self.0.shape()
@@ -494,6 +497,7 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// An empty graph with nothing parked.
     pub fn new() -> Self {
         Self::default()
     }

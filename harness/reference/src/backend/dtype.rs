@@ -8,9 +8,13 @@ use std::fmt::Debug;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
+    /// IEEE binary16 (`float16`).
     F16,
+    /// IEEE binary32 (`float32`).
     F32,
+    /// IEEE binary64 (`float64`).
     F64,
+    /// 32-bit signed integer (`int32`), for step counters.
     I32,
 }
 
@@ -67,9 +71,14 @@ pub trait Float:
     const DTYPE: DType;
     /// The arithmetic (and optimizer-moment) type: f32 for f16 and f32, f64 for f64.
     type Acc: Real;
+    /// Widen to f64; exact for every type implementing this trait.
     fn as_f64(self) -> f64;
+    /// Round an f64 to this type (round to nearest even, in one rounding; identity for f64).
     fn of_f64(x: f64) -> Self;
+    /// Widen to the accumulator type ([`Float::Acc`]); exact.
     fn to_acc(self) -> Self::Acc;
+    /// Round an accumulator value back to this type (round to nearest even; identity for f32 and
+    /// f64).
     fn from_acc(x: Self::Acc) -> Self;
     /// Round an f32 to this type (round to nearest even; exact for f32 and f64).
     fn of_f32(x: f32) -> Self {
@@ -97,9 +106,11 @@ pub trait Float:
     }
     /// Raw bits, widened, for bitwise comparisons.
     fn bits(self) -> u64;
+    /// `true` for any NaN payload.
     fn is_nan(self) -> bool {
         self.as_f64().is_nan()
     }
+    /// `true` unless the value is infinite or NaN.
     fn is_finite(self) -> bool {
         self.as_f64().is_finite()
     }

@@ -11,9 +11,13 @@ use crate::pool::{PartsPtr, Pool};
 /// `data[offset + i*rs + j*cs]`.
 #[derive(Clone, Copy)]
 pub struct Operand<'a, A> {
+    /// The backing buffer; every addressed element must lie inside it.
     pub data: &'a [A],
+    /// Index in `data` of element `(0, 0)`.
     pub offset: usize,
+    /// Row stride: distance in `data` between `(i, j)` and `(i + 1, j)`.
     pub rs: usize,
+    /// Column stride: distance in `data` between `(i, j)` and `(i, j + 1)`.
     pub cs: usize,
 }
 
@@ -153,9 +157,13 @@ pub fn gemm_into_pooled<A: Real>(
 /// One tile of a tiled product: output rows `r0..r1`, columns `c0..c1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tile {
+    /// First output row of the tile (inclusive).
     pub r0: usize,
+    /// End output row of the tile (exclusive); `r0 <= r1`.
     pub r1: usize,
+    /// First output column of the tile (inclusive).
     pub c0: usize,
+    /// End output column of the tile (exclusive); `c0 <= c1`.
     pub c1: usize,
 }
 

@@ -42,6 +42,7 @@
 
 /// A computation to compile for several instruction-set levels ([`vectorised`], [`run_at`]).
 pub trait Kernel {
+    /// What [`Kernel::run`] returns.
     type Output;
     /// The computation; implementations mark it `#[inline(always)]`.
     fn run(self) -> Self::Output;

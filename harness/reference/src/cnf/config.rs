@@ -22,6 +22,7 @@ pub enum TraceEstimator {
 /// The distribution of Hutchinson probes (both have `E[eps eps^T] = I`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Probe {
+    /// Standard normal entries.
     Gaussian,
     /// `+-1` with probability 1/2 each.
     Rademacher,
@@ -30,15 +31,23 @@ pub enum Probe {
 /// Model and solver settings. Defaults are the training example of `docs/ALGORITHMS.md` §6.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CnfConfig {
+    /// Dimension `d` of a data point (2 for the planar data sets); `1..=MAX_DIM`.
     pub data_size: usize,
+    /// Hidden width of every ConcatSquash layer; `1..=MAX_DIM`.
     pub width: usize,
+    /// Hidden layers per block: a block has `depth + 1` layers; `0..=MAX_LAYERS`.
     pub depth: usize,
+    /// Number of flow blocks, each an ODE solve over `[t0, t1]`; `1..=MAX_LAYERS`.
     pub blocks: usize,
+    /// Start of each block's time interval (finite).
     pub t0: f64,
+    /// End of each block's time interval (finite, `> t0`).
     pub t1: f64,
     /// Constant step (positive); the log-likelihood solve runs from `t1` to `t0` with `-dt0`.
     pub dt0: f64,
+    /// The explicit Runge–Kutta method of every block's solve.
     pub solver: Solver,
+    /// How the divergence `tr(df/dy)` in the log-density equation is computed.
     pub trace: TraceEstimator,
 }
 
@@ -165,25 +174,43 @@ pub const MAX_STEPS_PER_BLOCK: usize = 4096;
 /// Offsets of one layer's tensors inside a block's flat parameter vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LayerLayout {
+    /// Input width of the layer.
     pub inp: usize,
+    /// Output width of the layer.
     pub out: usize,
+    /// Offset of `lin1.weight`, `out x inp` row-major.
     pub w1: usize,
+    /// Offset of `lin1.bias`, `out` values.
     pub b1: usize,
+    /// Offset of `lin2.weight` (the time gate's weight), `out` values.
     pub w2: usize,
+    /// Offset of `lin2.bias` (the time gate's bias), `out` values.
     pub b2: usize,
+    /// Offset of `lin3.weight` (the time shift), `out` values.
     pub w3: usize,
 }
 
 /// Where every layer's parameters live in a block's flat vector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
+    /// The block's `depth + 1` layers, first (data input) to last (data output).
     pub layers: Vec<LayerLayout>,
     /// Parameters per block.
     pub len: usize,
+    /// Data dimension `d` (the first layer's input and last layer's output).
     pub data_size: usize,
 }
 
 impl Layout {
+    /// The offsets for `cfg`: layers packed back to back, each taking `out * inp + 4 * out` values.
+    ///
+    /// ```
+    /// use harness_reference::cnf::{CnfConfig, Layout};
+    /// let l = Layout::new(&CnfConfig::default()); // 2 -> 64 -> 64 -> 64 -> 2
+    /// assert_eq!(l.layers.len(), 4);
+    /// assert_eq!(l.len, (64 * 2 + 4 * 64) + 2 * (64 * 64 + 4 * 64) + (2 * 64 + 4 * 2));
+    /// assert_eq!(l.layers[1].w1, 64 * 2 + 4 * 64);
+    /// ```
     pub fn new(cfg: &CnfConfig) -> Self {
         let mut off = 0;
         let layers = cfg

@@ -31,8 +31,12 @@ const DRAWS_PER_SAMPLE: u64 = 8;
 /// A density over the plane to train on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Dataset {
+    /// Two interleaved half circles with Gaussian noise (`MOONS_NOISE`), scaled by 2 and shifted
+    /// to `(2x - 1, 2y - 0.2)`.
     TwoMoons,
+    /// Uniform over the 8 dark squares (side 2) of a 4x4 board covering `[-4, 4)^2`.
     Checkerboard,
+    /// A density proportional to a greyscale image's darkness.
     Image(ImageDensity),
 }
 
@@ -57,6 +61,13 @@ impl Dataset {
         }
     }
 
+    /// A short label: `two-moons`, `checkerboard`, or `image WxH`.
+    ///
+    /// ```
+    /// use harness_reference::cnf::data::Dataset;
+    /// assert_eq!(Dataset::parse("moons")?.name(), "two-moons");
+    /// # Ok::<(), harness_reference::Error>(())
+    /// ```
     pub fn name(&self) -> String {
         match self {
             Dataset::TwoMoons => "two-moons".into(),
@@ -233,7 +244,9 @@ fn pgm_header(bytes: &[u8]) -> std::result::Result<PgmHeader, String> {
 /// A density proportional to the darkness of a greyscale image.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageDensity {
+    /// Image width in pixels.
     pub width: usize,
+    /// Image height in pixels.
     pub height: usize,
     /// Cumulative pixel weights, row-major (last = total).
     cdf: Vec<f64>,

@@ -59,6 +59,7 @@ use std::cell::RefCell;
 /// Where the tangents start: the unit vectors (exact trace) or one probe per sample.
 #[derive(Debug, Clone, Copy)]
 pub enum Tangents<'a, A> {
+    /// The `d` unit vectors: `tr(J) = sum_j e_j^T J e_j`, exact.
     Exact,
     /// `n x d`, row-major.
     Probes(&'a [A]),
@@ -66,15 +67,20 @@ pub enum Tangents<'a, A> {
 
 /// One block's augmented field over a batch of `n` samples.
 pub struct BlockField<'a, A> {
+    /// Offsets of the block's layers inside `theta`.
     pub layout: &'a Layout,
+    /// The block's flat parameters (`layout.len` values).
     pub theta: &'a [A],
+    /// Samples in the batch; the state is `n x d` plus the `n` log-density terms.
     pub n: usize,
+    /// The tangents whose Jacobian-vector products give the trace.
     pub tangents: Tangents<'a, A>,
     kept: RefCell<Kept<A>>,
     transposed: RefCell<Transposed<A>>,
 }
 
 impl<'a, A: Real> BlockField<'a, A> {
+    /// A field over `n` samples of the block `theta` (laid out by `layout`), with empty scratch.
     pub fn new(layout: &'a Layout, theta: &'a [A], n: usize, tangents: Tangents<'a, A>) -> Self {
         Self {
             layout,

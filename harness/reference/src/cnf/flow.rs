@@ -344,6 +344,7 @@ fn sample_chunk<A: Real>(
 /// the parameters (f32 or f64).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LossGrad<A = f64> {
+    /// `L = -(1/n) sum_i log p(x_i)`, the mean negative log-likelihood of the batch.
     pub loss: A,
     /// `dL/dtheta`, one vector per block.
     pub grads: Vec<Vec<A>>,

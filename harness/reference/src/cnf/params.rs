@@ -13,7 +13,9 @@ const WEIGHT_STREAM: u64 = 0xC0F_0001;
 /// A CNF's weights.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CnfParams<E = f64> {
+    /// The (validated) configuration the weights were drawn for.
     pub cfg: CnfConfig,
+    /// Offsets of every layer inside each block's vector (`Layout::new(&cfg)`).
     pub layout: Layout,
     /// `blocks[b]` has `layout.len` values.
     pub blocks: Vec<Vec<E>>,
@@ -102,6 +104,7 @@ impl<E: Float> CnfParams<E> {
     pub fn len(&self) -> usize {
         self.layout.len * self.blocks.len()
     }
+    /// `true` when there are no parameters (never the case for a validated configuration).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

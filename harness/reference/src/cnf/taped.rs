@@ -43,10 +43,13 @@ use std::sync::{Arc, Mutex};
 /// # Ok::<(), harness_reference::Error>(())
 /// ```
 pub struct TrainBlock<A: Real = f64> {
+    /// Offsets of the block's layers inside `theta`.
     pub layout: Layout,
+    /// Samples per batch.
     pub n: usize,
     /// Hutchinson probes (`n x d`), or `None` for the exact trace.
     pub probes: Option<Vec<A>>,
+    /// The block's flat parameters (`layout.len` values).
     pub theta: Vec<A>,
     /// Differentiate on dfdx's tape instead of by the hand-written VJP of [`super::adjoint`]
     /// (the cross-check of the two).

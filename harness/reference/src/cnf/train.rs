@@ -70,10 +70,15 @@ const PROBE_STREAM: u64 = 0x9B0B;
 /// Training settings (defaults: the diffrax example's AdamW(1e-3, weight_decay=1e-5), batch 500).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TrainConfig {
+    /// Samples per step; `1..=MAX_BATCH`.
     pub batch: usize,
+    /// AdamW learning rate (finite, `> 0`).
     pub learning_rate: f64,
+    /// AdamW decoupled weight decay (finite, `>= 0`).
     pub weight_decay: f64,
+    /// Seeds the initial weights, every mini-batch and every probe.
     pub seed: u64,
+    /// How the gradient through each block's solve is taken (full tape or checkpointed).
     pub grad: GradMode,
 }
 
@@ -142,6 +147,7 @@ impl TrainConfig {
 pub struct TrainState<A: Real = f64> {
     /// One leaf per block, `block{b}`, in [`super::Layout`] order.
     pub params: Tree<A>,
+    /// The AdamW moments and count, one leaf per parameter block.
     pub opt: <AdamW as Transform<A>>::State,
     /// The step counter: a strong `int32[]` array (dynamic, as `jnp.asarray(step)`).
     pub step: Array<i32>,
@@ -169,8 +175,11 @@ pub struct StepWorkspace<A = f64> {
 /// A CNF trainer: configuration, data, optimizer and the staged step, training in `A` (f32 or
 /// f64).
 pub struct Trainer<A: Real = f64> {
+    /// Model and solver settings (validated).
     pub cfg: CnfConfig,
+    /// Batch, optimizer and seed settings (validated).
     pub train: TrainConfig,
+    /// The density the batches are drawn from.
     pub data: Dataset,
     opt: AdamW,
     stage: Stage<StepWorkspace<A>>,

@@ -50,6 +50,8 @@ pub enum InitialStep {
 /// A constant step size `dt0` (signed like `t1 - t0`; must be finite and non-zero).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Constant {
+    /// The signed step (finite, non-zero): the first step ends at `t0 + dt0`, the last exactly at
+    /// `t1`, with `n = ceil((t1 - t0) / nextafter_up(dt0))` steps in all (see the module docs).
     pub dt0: f64,
 }
 
@@ -76,17 +78,29 @@ impl Constant {
 /// `initial_step = Diffrax0p01`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pid {
+    /// Relative tolerance (finite, `> 0`), scaled by `max(|y0|, |y1|)` per element.
     pub rtol: f64,
+    /// Absolute tolerance (finite, `> 0`).
     pub atol: f64,
+    /// Proportional coefficient `kP` (finite).
     pub pcoeff: f64,
+    /// Integral coefficient `kI` (finite); `1` with `kP = kD = 0` is the classic I controller.
     pub icoeff: f64,
+    /// Derivative coefficient `kD` (finite).
     pub dcoeff: f64,
+    /// Smallest shrink factor on rejection, in `(0, 1]`.
     pub factormin: f64,
+    /// Largest growth factor on acceptance, finite and `>= 1`.
     pub factormax: f64,
+    /// Safety factor multiplying every proposed factor, in `(0, 1]`.
     pub safety: f64,
+    /// Minimum step magnitude (finite, `> 0`); a step clipped to it is accepted.
     pub dtmin: Option<f64>,
+    /// Maximum step magnitude (finite, `> 0`).
     pub dtmax: Option<f64>,
+    /// First step (finite, non-zero, signed like `t1 - t0`), or `None` to use `initial_step`.
     pub dt0: Option<f64>,
+    /// How the first step is picked when `dt0` is `None`.
     pub initial_step: InitialStep,
 }
 
@@ -257,7 +271,9 @@ impl Pid {
 /// A step-size controller.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Controller {
+    /// Every step `dt0` (the last one ending exactly at `t1`); every step accepted.
     Constant(Constant),
+    /// Adaptive steps from the embedded error estimate (the method must have one).
     Pid(Pid),
 }
 

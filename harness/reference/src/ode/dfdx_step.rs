@@ -51,8 +51,12 @@ pub struct DfdxRkStep<A> {
 /// every stage derivative `k_i` (unscaled by `dt`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DfdxStepOut<A> {
+    /// The state after the step, `y0 + dt * sum_i b_i k_i`.
     pub y1: Vec<A>,
+    /// The embedded error `dt * sum_i e_i k_i` (`e` the tableau's error weights), or `None` for a
+    /// method without them.
     pub err: Option<Vec<A>>,
+    /// Stage derivatives `k_i = f(t0 + c_i dt, y0 + dt * sum_j a_ij k_j)`, one per stage, in order.
     pub ks: Vec<Vec<A>>,
 }
 

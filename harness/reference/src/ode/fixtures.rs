@@ -86,9 +86,13 @@ impl<A: Real> VectorField<A> for Linear {
 /// Lotka–Volterra predator–prey: `[alpha*x - beta*x*y, delta*x*y - gamma*y]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LotkaVolterra {
+    /// Prey growth rate `alpha` (finite).
     pub alpha: f64,
+    /// Predation rate `beta` (finite).
     pub beta: f64,
+    /// Predator death rate `gamma` (finite).
     pub gamma: f64,
+    /// Predator growth per prey eaten `delta` (finite).
     pub delta: f64,
 }
 
@@ -133,6 +137,7 @@ impl<A: Real> VectorField<A> for LotkaVolterra {
 /// Van der Pol oscillator: `[y1, mu*(1 - y0^2)*y1 - y0]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct VanDerPol {
+    /// Damping strength `mu` (finite; `0` gives a harmonic oscillator).
     pub mu: f64,
 }
 
@@ -158,7 +163,9 @@ impl<A: Real> VectorField<A> for VanDerPol {
 /// Forced decay, element-wise on any state length: `dy/dt = -k*y + sin(w*t)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ForcedDecay {
+    /// Decay rate `k` (finite).
     pub k: f64,
+    /// Angular frequency `w` of the forcing (finite).
     pub w: f64,
 }
 
@@ -192,6 +199,7 @@ impl<A: Real> VectorField<A> for ForcedDecay {
 /// Exponential decay `dy/dt = -lambda*y` element-wise, solution `y0 e^{-lambda t}`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ExpDecay {
+    /// Decay rate `lambda` (finite; negative values grow).
     pub lambda: f64,
 }
 

@@ -197,7 +197,10 @@ pub enum GradMode {
     FullTape,
     /// Store at most `checkpoints` states (default [`default_checkpoints`]`(max_steps)`; clamped
     /// to `[1, n]`) and recompute the others by the binomial schedule of [`checkpoint`].
-    Checkpointed { checkpoints: Option<usize> },
+    Checkpointed {
+        /// The state budget, or `None` for [`default_checkpoints`]`(max_steps)`.
+        checkpoints: Option<usize>,
+    },
 }
 
 /// diffrax's default checkpoint count, `floor(-1.5 + sqrt(2*max_steps + 0.25)) + 1`.

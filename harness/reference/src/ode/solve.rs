@@ -79,10 +79,15 @@ impl Default for SolveOptions {
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Integration<'a, A> {
+    /// The Runge–Kutta method.
     pub tableau: &'a Tableau,
+    /// The step-size controller (a PID controller needs a method with an error estimate).
     pub controller: &'a Controller,
+    /// Start time.
     pub t0: A,
+    /// End time (either side of `t0`; the solve runs in its direction).
     pub t1: A,
+    /// Step budget, saving and the other settings.
     pub options: SolveOptions,
 }
 
@@ -122,7 +127,9 @@ impl<'a, A> Integration<'a, A> {
 /// Step counts, as diffrax's `sol.stats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stats {
+    /// Steps whose error was accepted (every step of a constant-step solve).
     pub num_accepted_steps: usize,
+    /// Steps the controller rejected and retried with a smaller `dt`.
     pub num_rejected_steps: usize,
     /// `num_accepted_steps + num_rejected_steps`.
     pub num_steps: usize,
@@ -137,6 +144,7 @@ pub struct Solution<A> {
     pub ys: Vec<Vec<A>>,
     /// State at `t1`.
     pub y_final: Vec<A>,
+    /// Accepted and rejected step counts.
     pub stats: Stats,
 }
 
@@ -146,7 +154,9 @@ pub struct Solution<A> {
 pub struct StepEvent<A> {
     /// Start and end of the attempted step.
     pub t_start: A,
+    /// End of the attempted step.
     pub t_end: A,
+    /// Whether the controller accepted the step.
     pub accepted: bool,
     /// The PID controller's scaled error (`None` for a constant step).
     pub scaled_error: Option<A>,

@@ -420,12 +420,19 @@ impl Tableau {
 /// The explicit Runge–Kutta methods golden-v1 names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Solver {
+    /// Forward Euler, order 1 (no error estimate).
     Euler,
+    /// Heun's method, order 2, with an embedded Euler error estimate.
     Heun,
+    /// Explicit midpoint method, order 2, with an embedded Euler error estimate.
     Midpoint,
+    /// Ralston's method, order 2 (minimum truncation-error weights), with Euler embedded.
     Ralston,
+    /// Bogacki–Shampine 3(2), FSAL.
     Bosh3,
+    /// Tsitouras 5(4), diffrax's `Tsit5`.
     Tsit5,
+    /// Dormand–Prince 5(4), diffrax's `Dopri5`.
     Dopri5,
 }
 

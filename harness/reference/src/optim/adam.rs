@@ -44,10 +44,12 @@ pub struct ScaleByAdam {
 }
 
 impl ScaleByAdam {
+    /// `scale_by_adam` with `hyper`, after [`AdamHyper::validate`].
     pub fn new(hyper: AdamHyper) -> Result<Self> {
         hyper.validate()?;
         Ok(Self { hyper })
     }
+    /// The validated hyperparameters.
     pub fn hyper(&self) -> &AdamHyper {
         &self.hyper
     }

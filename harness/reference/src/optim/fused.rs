@@ -48,9 +48,13 @@ pub const CHUNK: usize = 1 << 16;
 /// Which moment rule the fused kernel applies.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MomentRule {
+    /// Adam: `m_hat / (sqrt(v_hat + eps_root) + eps)`.
     Adam,
+    /// RAdam: the rectified Adam step where `rho_t >= threshold`, else `m_hat`.
     Radam {
+        /// Minimum `rho_t` for the rectified branch (finite).
         threshold: f64,
+        /// Per-step branch or element-wise selection (identical bits).
         selection: Selection,
     },
 }
@@ -126,6 +130,7 @@ impl<E: Float> FusedMoments<E> {
             stage: Stage::new("fused_step"),
         })
     }
+    /// The moments and count (in the accumulator type `E::Acc`) after the last step.
     pub fn state(&self) -> &MomentState<E::Acc> {
         &self.state
     }
@@ -151,6 +156,7 @@ impl<E: Float> FusedMoments<E> {
     pub fn state_mut(&mut self) -> &mut MomentState<E::Acc> {
         &mut self.state
     }
+    /// Times the step was traced (1 after the first step while the signature holds).
     pub fn traces(&self) -> usize {
         self.stage.traces()
     }

@@ -10,11 +10,13 @@ use crate::Result;
 /// `(updates, state, params)`). A state whose signature drifts between `init` and `update`
 /// shows up here as a second trace.
 pub struct Jit<T> {
+    /// The wrapped transform, called on every update.
     pub transform: T,
     stage: Stage<()>,
 }
 
 impl<T> Jit<T> {
+    /// Wrap `transform`, with nothing traced yet and no trace limit.
     pub fn new(transform: T) -> Self {
         Self {
             transform,
@@ -26,9 +28,11 @@ impl<T> Jit<T> {
         self.stage = self.stage.with_max_traces(n);
         self
     }
+    /// Traces made so far (one per new static key or state signature).
     pub fn traces(&self) -> usize {
         self.stage.traces()
     }
+    /// The specialisation cache (its trace log and miss reasons).
     pub fn stage(&self) -> &Stage<()> {
         &self.stage
     }

@@ -117,6 +117,7 @@ impl ScaleByLearningRate {
         )?;
         Ok(Self { learning_rate })
     }
+    /// The learning rate `lr` (finite); updates are multiplied by `-lr`.
     pub fn learning_rate(&self) -> f64 {
         self.learning_rate
     }

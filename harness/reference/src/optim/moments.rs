@@ -17,10 +17,15 @@ use crate::{Error, Result};
 /// eps_root 0, nesterov false).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct AdamHyper {
+    /// First-moment decay, in `[0, 1)`; default `0.9`.
     pub b1: f64,
+    /// Second-moment decay, in `[0, 1)`; default `0.999`.
     pub b2: f64,
+    /// Added to `sqrt(v_hat + eps_root)` in the denominator (finite, `>= 0`); default `1e-8`.
     pub eps: f64,
+    /// Added to `v_hat` inside the square root (finite, `>= 0`); default `0`.
     pub eps_root: f64,
+    /// Use the Nesterov form of `m_hat`: `b1 m_t / (1 - b1^(t+1)) + (1 - b1) g / (1 - b1^t)`.
     pub nesterov: bool,
 }
 
@@ -144,13 +149,19 @@ pub struct MomentScalars<A> {
 /// The constants of the moment update, converted once to the arithmetic dtype.
 #[derive(Clone, Copy, Debug)]
 pub struct MomentConsts<A> {
+    /// `b1` in `A`.
     pub b1: A,
     /// `1 - b1`, computed in f64 then cast (as optax's weak literal `1 - decay` is).
     pub one_minus_b1: A,
+    /// `b2` in `A`.
     pub b2: A,
+    /// `1 - b2`, computed in f64 then cast.
     pub one_minus_b2: A,
+    /// `eps` in `A`.
     pub eps: A,
+    /// `eps_root` in `A`.
     pub eps_root: A,
+    /// Whether the Nesterov form of `m_hat` is used.
     pub nesterov: bool,
 }
 

@@ -58,7 +58,9 @@ pub enum Selection {
 /// Hyperparameters of `scale_by_radam` (optax defaults: Adam's, threshold 5).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct RadamHyper {
+    /// Adam's moment hyperparameters (`b1, b2, eps, eps_root, nesterov`).
     pub moments: AdamHyper,
+    /// Minimum `rho_t` for the rectified branch (finite); default 5.
     pub threshold: f64,
 }
 
@@ -74,7 +76,9 @@ impl Default for RadamHyper {
 /// The rectification schedule at one step.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Rectification {
+    /// The 1-based step `t = count + 1`.
     pub t: i32,
+    /// `rho_t = rho_inf - 2 t b2^t / (1 - b2^t)`, in f64.
     pub rho_t: f64,
     /// `rho_t >= threshold`
     pub rectified: bool,
@@ -153,6 +157,7 @@ impl RadamHyper {
 /// The two branches of one RAdam step as the `Where` form computes them, and the selection.
 #[derive(Clone, Debug)]
 pub struct RadamBranches<A> {
+    /// The schedule at this step (which branch is selected).
     pub rectification: Rectification,
     /// `m_hat` (bias-corrected momentum).
     pub momentum: Tree<A>,
@@ -168,13 +173,16 @@ pub struct ScaleByRadam {
 }
 
 impl ScaleByRadam {
+    /// `scale_by_radam` with `hyper` (after [`RadamHyper::validate`]) and this selection form.
     pub fn new(hyper: RadamHyper, selection: Selection) -> Result<Self> {
         hyper.validate()?;
         Ok(Self { hyper, selection })
     }
+    /// The validated hyperparameters.
     pub fn hyper(&self) -> &RadamHyper {
         &self.hyper
     }
+    /// How the branch is selected.
     pub fn selection(&self) -> Selection {
         self.selection
     }

@@ -29,14 +29,27 @@ use crate::error::{ensure, Error, Result};
 /// The four tensors of a block, in generation order (their index is the RNG's tensor id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum TensorId {
+    /// First-layer weight, `[H, D]` (fan-in `D`).
     W1 = 0,
+    /// First-layer bias, `[H]`.
     B1 = 1,
+    /// Second-layer weight, `[D, H]` (fan-in `H`).
     W2 = 2,
+    /// Second-layer bias, `[D]`.
     B2 = 3,
 }
 
 impl TensorId {
+    /// The four tensors in generation order (`W1, B1, W2, B2`; index = discriminant).
     pub const ALL: [TensorId; 4] = [TensorId::W1, TensorId::B1, TensorId::W2, TensorId::B2];
+    /// The lowercase field name: `w1`, `b1`, `w2` or `b2`.
+    ///
+    /// ```
+    /// use harness_reference::stack::TensorId;
+    /// let names: Vec<_> = TensorId::ALL.iter().map(|t| t.name()).collect();
+    /// assert_eq!(names, ["w1", "b1", "w2", "b2"]);
+    /// assert_eq!(TensorId::W2 as usize, 2);
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             TensorId::W1 => "w1",
@@ -107,6 +120,7 @@ impl StackConfig {
     pub fn hidden(&self) -> usize {
         self.hidden
     }
+    /// The element dtype (always a float: f16, f32 or f64).
     pub fn dtype(&self) -> DType {
         self.dtype
     }

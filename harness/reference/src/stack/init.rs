@@ -47,6 +47,8 @@ pub const CHUNK_ELEMS: usize = 16 * 1024;
 
 /// Called by the strategies at their allocation/release points (`at` says which).
 pub trait Observer {
+    /// Record the live memory at the point named `at` (called at allocations, releases and once per
+    /// layer or chunk).
     fn sample(&mut self, at: &'static str);
 }
 
@@ -58,14 +60,22 @@ impl Observer for () {
 /// An initialisation strategy (names from `docs/CLI.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Strategy {
+    /// `vmap-f32-then-cast`: every layer in f32 at once, then cast; peak `N*P*(4+s)`.
     VmapF32ThenCast,
+    /// `layerwise-list`: each layer built in f32, cast, and kept in a list; peak `N*P*s + P*4`.
     LayerwiseList,
+    /// `list-then-stack`: the cast list, stacked while it is alive; peak `N*P*s + max(N*P*s, P*4)`.
     ListThenStack,
+    /// `preallocated`: the final stack first, each f32 layer cast into its slot; peak `N*P*s +
+    /// P*4`.
     Preallocated,
+    /// `chunked-direct`: f32 chunks of at most [`CHUNK_ELEMS`] straight into the stack; peak `N*P*s
+    /// + 4*min(16384, D*H)`.
     ChunkedDirect,
 }
 
 impl Strategy {
+    /// Every strategy, in the order of the module's table.
     pub const ALL: [Strategy; 5] = [
         Strategy::VmapF32ThenCast,
         Strategy::LayerwiseList,
@@ -83,6 +93,13 @@ impl Strategy {
             Strategy::ChunkedDirect => "chunked-direct",
         }
     }
+    /// The strategy with CLI name `s` (as [`Strategy::name`] spells it), or `None`.
+    ///
+    /// ```
+    /// use harness_reference::stack::Strategy;
+    /// assert_eq!(Strategy::parse("chunked-direct"), Some(Strategy::ChunkedDirect));
+    /// assert_eq!(Strategy::parse("chunked"), None);
+    /// ```
     pub fn parse(s: &str) -> Option<Strategy> {
         Strategy::ALL.into_iter().find(|x| x.name() == s)
     }
@@ -97,7 +114,9 @@ impl std::fmt::Display for Strategy {
 /// What a strategy produced: the stacked model, or (for `layerwise-list`) the list.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Built<E> {
+    /// The stacked model (every strategy but `layerwise-list`).
     Stacked(Stacked<E>),
+    /// The per-layer list (`layerwise-list`).
     List(LayerList<E>),
 }
 
@@ -116,12 +135,14 @@ impl<E: Float> Built<E> {
             Built::List(l) => Ok(l),
         }
     }
+    /// FNV-1a of every element's bits; equal for the stacked and list forms of the same values.
     pub fn checksum(&self) -> u64 {
         match self {
             Built::Stacked(s) => s.checksum(),
             Built::List(l) => l.checksum(),
         }
     }
+    /// Bytes of parameter data, `N*P*s` (headers excluded).
     pub fn data_bytes(&self) -> usize {
         match self {
             Built::Stacked(s) => s.data_bytes(),
@@ -133,12 +154,16 @@ impl<E: Float> Built<E> {
 /// A build in the dtype chosen at run time.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AnyBuilt {
+    /// An f16 build.
     F16(Built<half::f16>),
+    /// An f32 build.
     F32(Built<f32>),
+    /// An f64 build.
     F64(Built<f64>),
 }
 
 impl AnyBuilt {
+    /// [`Built::checksum`] of the build, whatever its dtype.
     pub fn checksum(&self) -> u64 {
         match self {
             AnyBuilt::F16(b) => b.checksum(),
@@ -146,6 +171,7 @@ impl AnyBuilt {
             AnyBuilt::F64(b) => b.checksum(),
         }
     }
+    /// [`Built::data_bytes`] of the build, whatever its dtype.
     pub fn data_bytes(&self) -> usize {
         match self {
             AnyBuilt::F16(b) => b.data_bytes(),

@@ -29,9 +29,13 @@ use crate::Result;
 /// One layer's tensors, borrowed: `w1 [H, D]`, `b1 [H]`, `w2 [D, H]`, `b2 [D]` (row-major).
 #[derive(Debug, Clone, Copy)]
 pub struct LayerView<'a, E> {
+    /// `[H, D]` row-major.
     pub w1: &'a [E],
+    /// `[H]`.
     pub b1: &'a [E],
+    /// `[D, H]` row-major.
     pub w2: &'a [E],
+    /// `[D]`.
     pub b2: &'a [E],
 }
 
@@ -46,6 +50,7 @@ pub struct Stacked<E> {
 /// One layer, owning its four tensors (indexed by [`TensorId`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layer<E> {
+    /// `w1, b1, w2, b2` with their per-layer shapes.
     pub tensors: [Array<E>; 4],
 }
 
@@ -81,6 +86,7 @@ impl<E: Float> Stacked<E> {
         }
         Ok(Self { config, tensors })
     }
+    /// The validated sizes and dtype.
     pub fn config(&self) -> &StackConfig {
         &self.config
     }
@@ -131,6 +137,7 @@ impl<E: Float> Stacked<E> {
 }
 
 impl<E: Float> Layer<E> {
+    /// The four tensors as borrowed slices.
     pub fn view(&self) -> LayerView<'_, E> {
         LayerView {
             w1: self.tensors[0].data(),
@@ -165,9 +172,11 @@ impl<E: Float> LayerList<E> {
         }
         Ok(Self { config, layers })
     }
+    /// The validated sizes and dtype.
     pub fn config(&self) -> &StackConfig {
         &self.config
     }
+    /// The `N` layers, in order.
     pub fn layers(&self) -> &[Layer<E>] {
         &self.layers
     }

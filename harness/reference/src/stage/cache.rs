@@ -20,14 +20,24 @@ impl Default for KeyHasher {
 }
 
 impl KeyHasher {
+    /// Feed the bits of `x` (so `0.0` and `-0.0` differ, and every NaN payload is its own key).
+    ///
+    /// ```
+    /// use harness_reference::stage::KeyHasher;
+    /// let key = |x: f64| KeyHasher::default().val("lr").f64(x).finish();
+    /// assert_eq!(key(1e-3), key(1e-3));
+    /// assert_ne!(key(0.0), key(-0.0));
+    /// ```
     pub fn f64(mut self, x: f64) -> Self {
         x.to_bits().hash(&mut self.0);
         self
     }
+    /// Feed any hashable value.
     pub fn val(mut self, x: impl Hash) -> Self {
         x.hash(&mut self.0);
         self
     }
+    /// The 64-bit key (deterministic within one build of the program).
     pub fn finish(self) -> u64 {
         self.0.finish()
     }
@@ -43,8 +53,11 @@ pub fn static_key(x: &impl Hash) -> u64 {
 pub struct TraceEvent {
     /// 1-based trace number.
     pub index: usize,
+    /// Hash of the static configuration the trace was made for.
     pub static_key: u64,
+    /// The dynamic signature the trace was made for.
     pub signature: Signature,
+    /// Why this trace was needed (the cache-miss explanation).
     pub reason: TraceReason,
 }
 
@@ -92,6 +105,7 @@ impl<P> Stage<P> {
     pub fn log(&self) -> &[TraceEvent] {
         &self.log
     }
+    /// The staged function's name, as error messages and logs show it.
     pub fn name(&self) -> &str {
         &self.name
     }

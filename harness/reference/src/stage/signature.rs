@@ -7,12 +7,16 @@ use crate::backend::DType;
 /// are different cache keys.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct LeafSig {
+    /// Dimensions, outermost first (empty for a scalar).
     pub shape: Vec<usize>,
+    /// Element dtype.
     pub dtype: DType,
+    /// JAX's weak-type flag (a weak and a strong leaf are different keys).
     pub weak: bool,
 }
 
 impl LeafSig {
+    /// A strong leaf (explicit dtype).
     pub fn strong(shape: &[usize], dtype: DType) -> Self {
         Self {
             shape: shape.to_vec(),
@@ -20,6 +24,7 @@ impl LeafSig {
             weak: false,
         }
     }
+    /// A weak leaf (dtype taken from a Python-scalar-like literal).
     pub fn weak(shape: &[usize], dtype: DType) -> Self {
         Self {
             shape: shape.to_vec(),
@@ -50,6 +55,7 @@ pub struct Signature {
 
 /// Anything with a signature: optimizer states, parameter trees, staged inputs.
 pub trait HasSignature {
+    /// The signature (sorted `(path, leaf)` list) of `self`.
     fn signature(&self) -> Signature;
     /// Whether `self` has signature `sig`; override to answer without allocating.
     fn matches(&self, sig: &Signature) -> bool {
@@ -58,6 +64,7 @@ pub trait HasSignature {
 }
 
 impl Signature {
+    /// An empty signature.
     pub fn new() -> Self {
         Self::default()
     }
@@ -80,9 +87,22 @@ impl Signature {
         self.nest(prefix, other);
         self
     }
+    /// The leaves, sorted by path.
     pub fn leaves(&self) -> &[(String, LeafSig)] {
         &self.leaves
     }
+    /// The leaf at `path`, if any (binary search).
+    ///
+    /// ```
+    /// use harness_reference::backend::DType;
+    /// use harness_reference::stage::{LeafSig, Signature};
+    /// let mut s = Signature::new();
+    /// s.push("count", LeafSig::weak(&[], DType::I32));
+    /// s.push("mu", LeafSig::strong(&[2, 3], DType::F32));
+    /// assert!(s.get("count").unwrap().weak);
+    /// assert_eq!(s.get("mu").unwrap().shape, vec![2, 3]);
+    /// assert!(s.get("nu").is_none());
+    /// ```
     pub fn get(&self, path: &str) -> Option<&LeafSig> {
         self.leaves
             .binary_search_by(|(p, _)| p.as_str().cmp(path))
@@ -136,8 +156,11 @@ impl std::fmt::Display for Signature {
 /// One difference between two signatures.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeafChange {
+    /// A leaf present in the new signature only: `(path, leaf)`.
     Added(String, LeafSig),
+    /// A leaf present in the old signature only: `(path, leaf)`.
     Removed(String, LeafSig),
+    /// A leaf whose shape, dtype or weak flag changed: `(path, old, new)`.
     Changed(String, LeafSig, LeafSig),
 }
 
@@ -147,6 +170,7 @@ pub enum LeafChange {
 pub struct SignatureDiff(pub Vec<LeafChange>);
 
 impl SignatureDiff {
+    /// `true` when the two signatures are equal.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

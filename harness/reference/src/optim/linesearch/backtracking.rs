@@ -60,13 +60,23 @@ pub const MAX_BACKTRACKING_STEPS: u32 = 1_000_000;
 /// Hyperparameters with optax's defaults (`max_backtracking_steps` is required).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct BacktrackingHyper {
+    /// Evaluations after the first before a round stops: at most `max_backtracking_steps + 1` per
+    /// round; `<= MAX_BACKTRACKING_STEPS`.
     pub max_backtracking_steps: u32,
+    /// Armijo constant `c` (see [`Armijo`]), in `[0, 1)`; default `1e-4`.
     pub slope_rtol: f64,
+    /// Factor `d` each rejected candidate's `eta` is multiplied by, in `(0, 1)`; default `0.8`.
     pub decrease_factor: f64,
+    /// Factor applied to the last learning rate to start a round (`> 0`, `+inf` allowed); default
+    /// `1.5`.
     pub increase_factor: f64,
+    /// Cap on a round's first candidate, finite and `> 0`; default `1`.
     pub max_learning_rate: f64,
+    /// A candidate is accepted when its decrease error is `<= atol` (finite, `>= 0`); default `0`.
     pub atol: f64,
+    /// Relative slack on `f(w)` in the Armijo rule (finite, `>= 0`); default `0`.
     pub rtol: f64,
+    /// Keep `grad f` at the accepted candidate in the state (for reuse by the next step).
     pub store_grad: bool,
     /// Not in optax: start a round that follows a zero learning rate at `max_learning_rate`
     /// (instead of `increase_factor * 0 = 0`), and store `value = +inf` after a round whose every
@@ -154,14 +164,18 @@ impl BacktrackingHyper {
 /// A scalar state leaf with JAX's weak flag (the reference only builds strong ones).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Scalar<T> {
+    /// The value.
     pub value: T,
+    /// JAX's weak-type flag: `true` for a Python-scalar-like leaf whose dtype follows its operands.
     pub weak: bool,
 }
 
 impl<T> Scalar<T> {
+    /// A strong scalar (fixed dtype).
     pub fn strong(value: T) -> Self {
         Self { value, weak: false }
     }
+    /// A weak scalar (dtype follows its operands, like a Python literal in JAX).
     pub fn weak(value: T) -> Self {
         Self { value, weak: true }
     }
@@ -179,17 +193,22 @@ impl<T> Scalar<T> {
 pub struct LineSearchInfo<A> {
     /// Number of evaluations of the objective in the last update (int32).
     pub num_linesearch_steps: Scalar<i32>,
+    /// The [`Armijo`] decrease error of the last candidate evaluated (`+inf` when it was
+    /// NaN/`+inf`).
     pub decrease_error: Scalar<A>,
 }
 
 /// State of [`ScaleByBacktrackingLinesearch`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct LineSearchState<A> {
+    /// The step size of the last update: its round's last `eta` (1 after `init`; 0 when every
+    /// candidate of the round was NaN or `+inf`).
     pub learning_rate: Scalar<A>,
     /// `f` at the last candidate (`+inf` after `init`).
     pub value: Scalar<A>,
     /// `grad f` at the last candidate when `store_grad` (zeros after `init`), else absent.
     pub grad: Option<Tree<A>>,
+    /// Evaluation count and decrease error of the last round.
     pub info: LineSearchInfo<A>,
 }
 
@@ -359,12 +378,15 @@ impl ScaleByBacktrackingLinesearch {
         self.face = face;
         self
     }
+    /// Which face of the kernels the rounds run.
     pub fn face(&self) -> Face {
         self.face
     }
+    /// The validated hyperparameters.
     pub fn hyper(&self) -> &BacktrackingHyper {
         &self.hyper
     }
+    /// The acceptance rule built from `hyper().slope_rtol` and `hyper().rtol`.
     pub fn armijo(&self) -> &Armijo {
         &self.armijo
     }

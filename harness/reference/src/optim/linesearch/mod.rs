@@ -39,6 +39,7 @@ pub trait LineSearch<A: Real> {
     type State: Clone + std::fmt::Debug + HasSignature;
     /// Hash of the static configuration.
     fn static_key(&self) -> u64;
+    /// The state before the first update (its signature is the one every update must keep).
     fn init(&self, params: &Tree<A>) -> Result<Self::State>;
     /// `updates` is the direction, `value`/`grad` are `f(params)` and its gradient.
     #[allow(clippy::too_many_arguments)]
@@ -124,11 +125,13 @@ pub fn objective_key<O: ?Sized + 'static>() -> u64 {
 /// `jax.jit` of a line search's update: traced once per (static configuration, objective
 /// identity, signature of `(updates, state, params, value, grad, objective data)`).
 pub struct Staged<L> {
+    /// The wrapped line search, called on every update.
     pub search: L,
     stage: Stage<()>,
 }
 
 impl<L> Staged<L> {
+    /// Wrap `search`, with nothing traced yet and no trace limit.
     pub fn new(search: L) -> Self {
         Self {
             search,
@@ -140,9 +143,11 @@ impl<L> Staged<L> {
         self.stage = self.stage.with_max_traces(n);
         self
     }
+    /// Traces made so far.
     pub fn traces(&self) -> usize {
         self.stage.traces()
     }
+    /// The specialisation cache (its trace log and miss reasons).
     pub fn stage(&self) -> &Stage<()> {
         &self.stage
     }

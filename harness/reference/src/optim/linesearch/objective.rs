@@ -347,6 +347,7 @@ impl<A: Real> Objective<A> for Rosenbrock {
 pub struct Quadratic {
     /// Row-major `n x n`.
     pub a: Vec<f64>,
+    /// The linear term `b`; its length `n` is the dimension.
     pub b: Vec<f64>,
 }
 
@@ -363,6 +364,14 @@ impl Quadratic {
         }
         Ok(Self { a, b })
     }
+    /// The dimension `n` (the length of `b`).
+    ///
+    /// ```
+    /// use harness_reference::optim::linesearch::Quadratic;
+    /// assert_eq!(Quadratic::new(vec![2.0, 0.0, 0.0, 1.0], vec![1.0, -1.0])?.dim(), 2);
+    /// assert!(Quadratic::new(vec![1.0; 3], vec![1.0, -1.0]).is_err()); // needs 2 x 2
+    /// # Ok::<(), harness_reference::Error>(())
+    /// ```
     pub fn dim(&self) -> usize {
         self.b.len()
     }

@@ -30,7 +30,12 @@ pub enum CoeffSpec {
     /// `"standard"` or `"dion"` (optax's preset strings).
     Preset(String),
     /// Raw coefficients: shape `[3]` or `[k, 3]`, row-major data.
-    Raw { shape: Vec<usize>, data: Vec<f64> },
+    Raw {
+        /// `[3]` (one `(a, b, c)` for every iteration) or `[k, 3]` (one row per iteration).
+        shape: Vec<usize>,
+        /// The coefficients, row-major.
+        data: Vec<f64>,
+    },
 }
 
 impl Default for CoeffSpec {
@@ -122,6 +127,8 @@ pub fn row(coeffs: &Array<f64>, i: usize) -> [f64; 3] {
 /// How the state's coefficients reach a matrix of arithmetic dtype `A`: the returned tensor's
 /// values are exactly representable in `A` (they are what the iteration multiplies by).
 pub trait CoeffPolicy: Send + Sync {
+    /// The state's coefficients as the iteration on an `A` matrix uses them (every value exactly
+    /// representable in `A`, carried as f64).
     fn convert<A: Float>(&self, state_coeffs: &Array<f64>) -> Array<f64>;
 }
 

@@ -61,16 +61,29 @@ use crate::Result;
 /// Keyword arguments of `optax.contrib.muon` (defaults of `docs/ALGORITHMS.md` §3).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct MuonHyper {
+    /// Muon learning rate (finite); the Muon update is `-learning_rate * u`.
     pub learning_rate: f64,
+    /// The Newton–Schulz coefficients `(a, b, c)` (a preset or raw rows; validated by `init`).
     pub ns_coeffs: CoeffSpec,
+    /// Newton–Schulz iterations for `[3]` coefficients (a `[k, 3]` tensor runs its `k <= ns_steps`
+    /// rows); default 5.
     pub ns_steps: usize,
+    /// Momentum decay of the Muon branch, in `[0, 1)`; default `0.95`.
     pub beta: f64,
+    /// Added to the Frobenius norm before normalising, and the AdamW branch's `eps`; default
+    /// `1e-8`.
     pub eps: f64,
+    /// Decoupled weight decay of the Muon branch (finite; skipped when 0).
     pub weight_decay: f64,
+    /// Nesterov momentum in both branches; default `true`.
     pub nesterov: bool,
+    /// AdamW branch's first-moment decay, in `[0, 1)`.
     pub adam_b1: f64,
+    /// AdamW branch's second-moment decay, in `[0, 1)`.
     pub adam_b2: f64,
+    /// AdamW branch's `eps_root` (finite, `>= 0`).
     pub adam_eps_root: f64,
+    /// AdamW branch's decoupled weight decay (finite).
     pub adam_weight_decay: f64,
     /// `None`: the Muon learning rate.
     pub adam_learning_rate: Option<f64>,
@@ -136,6 +149,15 @@ impl MuonHyper {
         }
     }
 
+    /// The AdamW branch's learning rate: `adam_learning_rate`, else `learning_rate`.
+    ///
+    /// ```
+    /// use harness_reference::optim::MuonHyper;
+    /// let mut h = MuonHyper::new(0.02);
+    /// assert_eq!(h.adam_lr(), 0.02);
+    /// h.adam_learning_rate = Some(1e-3);
+    /// assert_eq!(h.adam_lr(), 1e-3);
+    /// ```
     pub fn adam_lr(&self) -> f64 {
         self.adam_learning_rate.unwrap_or(self.learning_rate)
     }
@@ -157,6 +179,7 @@ impl Muon<PerUse> {
 }
 
 impl<P: CoeffPolicy> Muon<P> {
+    /// Muon with the coefficient policy `policy`, after [`MuonHyper::validate`].
     pub fn with_policy(hyper: MuonHyper, policy: P) -> Result<Self> {
         hyper.validate()?;
         Ok(Self {
@@ -172,12 +195,15 @@ impl<P: CoeffPolicy> Muon<P> {
         self.face = face;
         self
     }
+    /// Which form orthogonalises the momentum (planned or composed dfdx).
     pub fn face(&self) -> crate::Face {
         self.face
     }
+    /// The validated hyperparameters.
     pub fn hyper(&self) -> &MuonHyper {
         &self.hyper
     }
+    /// The coefficient conversion policy.
     pub fn policy(&self) -> &P {
         &self.policy
     }

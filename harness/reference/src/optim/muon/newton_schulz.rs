@@ -264,6 +264,7 @@ impl<A: Real> NsPlan<A> {
         self
     }
 
+    /// `(rows, cols)` of the matrices this plan orthogonalises.
     pub fn shape(&self) -> (usize, usize) {
         (self.rows, self.cols)
     }

@@ -21,7 +21,10 @@ use crate::{Error, Result};
 /// goes to shard `i % K`; entries are taken modulo `K`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sharding {
+    /// Number of shards `K`, each run on a thread of its own; must be `>= 1` (checked by the
+    /// update).
     pub shards: usize,
+    /// Shard of each leaf by name order (taken modulo `K`); leaves beyond its end go to `i % K`.
     pub assign: Vec<usize>,
 }
 
@@ -88,6 +91,7 @@ enum LeafOut<E: Float> {
 /// What an update did besides its outputs: Newton–Schulz iterations per Muon leaf.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct UpdateInfo {
+    /// `(leaf name, iterations run)` for every Muon leaf of the last update, in leaf order.
     pub iterations: Vec<(String, usize)>,
 }
 
@@ -354,6 +358,7 @@ pub struct MuonStepper<'m, E: Float, P: CoeffPolicy = super::PerUse> {
 }
 
 impl<'m, E: Float, P: CoeffPolicy> MuonStepper<'m, E, P> {
+    /// A stepper over `params` starting from `muon.init(params)`, with one plan cache per shard.
     pub fn new(muon: &'m Muon<P>, params: &Tree<E>, sharding: Sharding) -> Result<Self> {
         let state = muon.init(params)?;
         let plans = fresh_plans(sharding.shards.max(1));
@@ -380,6 +385,7 @@ impl<'m, E: Float, P: CoeffPolicy> MuonStepper<'m, E, P> {
         self.last = info;
         Ok(u)
     }
+    /// The Muon state after the last step.
     pub fn state(&self) -> &MuonState<E::Acc> {
         &self.state
     }

@@ -186,8 +186,11 @@ pub fn nadam_params(spec: &OptimizerSpec, momentum_decay: f64) -> Option<ParamsN
 /// The peer's hyperparameters for one subject.
 #[derive(Debug, Clone)]
 pub enum PeerParams {
+    /// `candle_optimisers::adam::Adam`'s settings (with AdamW's decoupled decay when set).
     Adam(ParamsAdam),
+    /// `candle_optimisers::radam::RAdam`'s settings.
     RAdam(ParamsRAdam),
+    /// `candle_optimisers::nadam::NAdam`'s settings, with its momentum-decay schedule.
     NAdam(ParamsNAdam),
 }
 

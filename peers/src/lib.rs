@@ -22,6 +22,7 @@
 //! let rows = peers::run(&peers::RunOptions::default());
 //! println!("{}", peers::markdown_table(&rows));
 //! ```
+#![warn(missing_docs)]
 
 pub mod candle_nn_stack_adapter;
 pub mod candle_optimisers_adapter;

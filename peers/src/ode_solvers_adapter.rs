@@ -34,8 +34,11 @@ pub const VERSION: &str = "0.6.2";
 /// A method of the crate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
+    /// Dormand–Prince 5(4), adaptive (`ode_solvers::Dopri5`).
     Dopri5,
+    /// Dormand–Prince 8(5,3), adaptive (`ode_solvers::Dop853`).
     Dop853,
+    /// The classical fourth-order Runge–Kutta method with constant steps (`ode_solvers::Rk4`).
     Rk4,
 }
 

@@ -91,12 +91,18 @@ pub enum Torch {
     /// `torch.optim.Adam` (no weight decay).
     Adam,
     /// `torch.optim.AdamW`: the parameter scaled by `1 - lr weight_decay` before the Adam step.
-    AdamW { weight_decay: f64 },
+    AdamW {
+        /// The decoupled decay rate, multiplied by the learning rate.
+        weight_decay: f64,
+    },
     /// `torch.optim.RAdam` (no weight decay).
     RAdam,
     /// `torch.optim.NAdam` (no weight decay): Nesterov momentum with the schedule
     /// `mu_t = b1 (1 - 0.96^(t momentum_decay) / 2)`.
-    NAdam { momentum_decay: f64 },
+    NAdam {
+        /// `psi` of the schedule above (PyTorch's default 4e-3).
+        momentum_decay: f64,
+    },
 }
 
 impl Torch {

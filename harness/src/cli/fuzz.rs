@@ -9,7 +9,10 @@
 //!   input): the golden files or directory, `--golden`'s directory and `--data`'s image;
 //! - finish within the fuzzer's time limit: the runs are given a memory budget of
 //!   [`FUZZ_MAX_MEMORY`], and the few flags whose valid values mean long work by design (`steps`,
-//!   `cases`) draw from values that are either small or refused up front.
+//!   `cases`) draw from values that are either small or refused up front; a `--law` pattern
+//!   that selects more than [`FUZZ_MAX_LAWS`] laws is not drawn (an empty pattern selects all
+//!   of them, and `check` then runs every law: about 0.5 s a run outside the fuzzer, several
+//!   seconds instrumented, which left a nightly campaign a few dozen inputs).
 //!
 //! Commands that are long by design for any input (`bench`, `mutants`, `upstream setup`, which
 //! installs packages) are not drawn; `upstream check`/`diff` are pointed at an empty virtual
@@ -31,6 +34,9 @@ pub const FUZZ_MAX_MEMORY: &str = "64M";
 
 /// Longest text value drawn (characters).
 const MAX_TEXT: usize = 64;
+
+/// The most laws a fuzzed `--law` pattern may select (by substring, as `check` selects them).
+pub const FUZZ_MAX_LAWS: usize = 2;
 
 /// One fuzzed command line and its input files.
 #[derive(Debug, Arbitrary)]
@@ -247,6 +253,18 @@ impl Flag {
             }
             // Virtual environments: only the run's own (empty) paths.
             Flag::Venvs => matches!(v, Value::Path(_)),
+            // Patterns selecting many laws run each of them: refused (see the module docs).
+            Flag::Law => match v {
+                Value::Text(t) => {
+                    let pattern: String = t.chars().take(MAX_TEXT).collect();
+                    let selected = crate::laws::registry()
+                        .iter()
+                        .filter(|l| l.name.contains(pattern.as_str()))
+                        .count();
+                    selected <= FUZZ_MAX_LAWS
+                }
+                _ => true,
+            },
             _ => true,
         }
     }
@@ -539,6 +557,30 @@ mod tests {
         let r = run_in(&input, &dir);
         let _ = std::fs::remove_dir_all(&dir);
         r.unwrap();
+    }
+
+    #[test]
+    fn law_patterns_that_select_many_laws_are_not_drawn() {
+        let check_with = |pattern: &str| CliInput {
+            command: Command::Check,
+            args: vec![Arg::Flag(Flag::Law, Value::Text(pattern.into()))],
+            file_a: vec![],
+            file_b: vec![],
+        };
+        let law_value = |input: &CliInput| {
+            let (line, _) = input.command_line(Path::new("/run-dir"));
+            let at = line.iter().position(|a| a == "--law").unwrap();
+            line[at + 1].clone().into_string().unwrap()
+        };
+        // every law, or every CNF law: dropped, so the default pattern applies
+        assert_eq!(law_value(&check_with("")), "radam_where");
+        assert_eq!(law_value(&check_with("cnf_")), "radam_where");
+        // one law, and a pattern that selects none (refused by `check` itself): kept
+        assert_eq!(
+            law_value(&check_with("ode_step_control")),
+            "ode_step_control"
+        );
+        assert_eq!(law_value(&check_with("no such law")), "no such law");
     }
 
     #[test]

@@ -137,6 +137,16 @@ pub trait Real:
         let _ = o;
         false
     }
+    /// [`super::gemm::hidden_layer_into`] in this CPU's vector registers; `false` (nothing
+    /// written) where there is no such form.
+    #[doc(hidden)]
+    fn hidden_layer_simd<M: super::gemm::RowMap<Self>>(
+        l: super::gemm::HiddenLayer<'_, Self>,
+        act: &M,
+    ) -> bool {
+        let _ = (l, act);
+        false
+    }
 }
 impl Real for f32 {
     fn lane_dot_rows_simd(a: &[f32], b: &[f32], k: usize, out: &mut [f32]) -> usize {
@@ -145,6 +155,12 @@ impl Real for f32 {
     fn outer_product_simd(o: super::gemm::OuterProduct<'_, f32>) -> bool {
         super::gemm::outer_product_simd_f32(o)
     }
+    fn hidden_layer_simd<M: super::gemm::RowMap<f32>>(
+        l: super::gemm::HiddenLayer<'_, f32>,
+        act: &M,
+    ) -> bool {
+        super::gemm::hidden_layer_simd_f32(l, act)
+    }
 }
 impl Real for f64 {
     fn lane_dot_rows_simd(a: &[f64], b: &[f64], k: usize, out: &mut [f64]) -> usize {
@@ -152,6 +168,12 @@ impl Real for f64 {
     }
     fn outer_product_simd(o: super::gemm::OuterProduct<'_, f64>) -> bool {
         super::gemm::outer_product_simd_f64(o)
+    }
+    fn hidden_layer_simd<M: super::gemm::RowMap<f64>>(
+        l: super::gemm::HiddenLayer<'_, f64>,
+        act: &M,
+    ) -> bool {
+        super::gemm::hidden_layer_simd_f64(l, act)
     }
 }
 

@@ -554,24 +554,217 @@ macro_rules! outer_product_simd {
 outer_product_simd!(outer_product_simd_f32, f32, outer_f32);
 outer_product_simd!(outer_product_simd_f64, f64, outer_f64);
 
+/// An element-wise map applied to whole rows in place (the activation of
+/// [`hidden_layer_into`]); called from code compiled for the CPU's widest vectors, so an
+/// `#[inline(always)]` implementation is compiled for them too.
+pub trait RowMap<A>: Sync {
+    /// `row_i <- f(row_i)` for every element.
+    fn apply(&self, row: &mut [A]);
+}
+
+/// One hidden layer of a stacked forward pass with tangents (the CNF field's): the product
+/// `P = H W^T` of `rows` input rows (the first `n` primal, then tangent rows; row `r >= n`
+/// belongs to sample `r mod n`) with the weights' transpose `wt` (`inp x out`, row-major),
+/// and from it the next layer's input, element by element,
+///
+/// ```text
+/// h'   = act((P_h + b) * s + c)          (primal rows)
+/// dh'  = (1 - h'^2) * (P_q * s)          (tangent rows, h' of the same sample)
+/// ```
+///
+/// every operation rounded on its own, in this order. `p` receives `P` and `h_out` the next
+/// input (`rows x out` each, row-major).
+pub struct HiddenLayer<'a, A> {
+    /// Primal rows.
+    pub n: usize,
+    /// All rows (`n` primal, then the tangent rows).
+    pub rows: usize,
+    /// Input width.
+    pub inp: usize,
+    /// Output width.
+    pub out: usize,
+    /// `H`, `rows x inp`.
+    pub h_in: &'a [A],
+    /// `W^T`, `inp x out`.
+    pub wt: &'a [A],
+    /// `b`, `s`, `c` (`out` each).
+    pub b: &'a [A],
+    /// See `b`.
+    pub s: &'a [A],
+    /// See `b`.
+    pub c: &'a [A],
+    /// `P`, `rows x out`, overwritten.
+    pub p: &'a mut [A],
+    /// The next layer's input, `rows x out`, overwritten.
+    pub h_out: &'a mut [A],
+}
+
+/// [`HiddenLayer`] with the element-wise part applied to each tile of the product while it is
+/// in registers, where [`gemm_into`] would sum the product as outer products in registers
+/// (`SmallProduct::outer`: every element one fused multiply-add chain from zero, the bits of
+/// the `gemm` call), and `act` to each primal row once it is whole. The bits are those of
+/// [`gemm_into`] followed by the element-wise loops (tested below). Returns `false`, having
+/// written nothing, where that path does not apply (no AVX-512 F and FMA, or another shape):
+/// the caller then runs the product and the loops itself.
+///
+/// Panics if a buffer is shorter than the shapes say.
+pub fn hidden_layer_into<A: Real, M: RowMap<A>>(l: HiddenLayer<'_, A>, act: &M) -> bool {
+    let (rows, n, inp, out) = (l.rows, l.n, l.inp, l.out);
+    assert!(
+        n <= rows
+            && l.h_in.len() >= rows * inp
+            && l.wt.len() >= inp * out
+            && l.b.len() >= out
+            && l.s.len() >= out
+            && l.c.len() >= out
+            && l.p.len() >= rows * out
+            && l.h_out.len() >= rows * out,
+        "hidden_layer_into: a buffer is shorter than {rows} x {inp} -> {out}"
+    );
+    // the shapes `SmallProduct::outer` takes (with a row-major right operand)
+    if n == 0
+        || rows < 2
+        || !(2..=GEMM_SMALL_SIDE).contains(&out)
+        || !(3..=OUTER_MAX_DEPTH).contains(&inp)
+        || rows * out * inp >= GEMM_PARALLEL_MIN
+    {
+        return false;
+    }
+    A::hidden_layer_simd(l, act)
+}
+
+/// [`hidden_layer_into`] in f32 or f64 registers: `false` (nothing written) without AVX-512 F
+/// and FMA.
+macro_rules! hidden_layer_simd {
+    ($name:ident, $t:ty, $drive:ident) => {
+        pub(super) fn $name<M: RowMap<$t>>(l: HiddenLayer<'_, $t>, act: &M) -> bool {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                let (n, rows, inp, out) = (l.n, l.rows, l.inp, l.out);
+                let p = l.p.as_mut_ptr();
+                let h = l.h_out.as_mut_ptr();
+                let product = |r0: usize, r1: usize| OuterProduct {
+                    m: r1 - r0,
+                    n: out,
+                    k: inp,
+                    lhs: &l.h_in[r0 * inp..r1 * inp],
+                    lhs_rs: inp,
+                    lhs_cs: 1,
+                    rhs: l.wt,
+                    rhs_rs: out,
+                    dst: &mut [],
+                    dst_rs: out,
+                };
+                // SAFETY: the CPU has AVX-512 F and FMA; the lengths were asserted by the
+                // caller, so every row `< rows` of `p` and `h_out` and every column `< out` of
+                // `b`, `s`, `c` is in bounds; the primal pass writes rows `< n`, the tangent
+                // pass rows `n..rows` and reads the primal rows, which it does not write.
+                unsafe {
+                    let mut primal = x86::Primal {
+                        p,
+                        h,
+                        rs: out,
+                        width: out,
+                        b: l.b.as_ptr(),
+                        s: l.s.as_ptr(),
+                        c: l.c.as_ptr(),
+                        map: act,
+                    };
+                    x86::$drive(&product(0, n), &mut primal);
+                    if rows > n {
+                        let mut tangent = x86::Tangent {
+                            p: p.add(n * out),
+                            h: h.add(n * out),
+                            h_primal: h,
+                            n,
+                            rs: out,
+                            s: l.s.as_ptr(),
+                        };
+                        x86::$drive(&product(n, rows), &mut tangent);
+                    }
+                }
+                return true;
+            }
+            let _ = (l, act);
+            false
+        }
+    };
+}
+hidden_layer_simd!(hidden_layer_simd_f32, f32, drive_f32);
+hidden_layer_simd!(hidden_layer_simd_f64, f64, drive_f64);
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::OuterProduct;
+    use super::{OuterProduct, RowMap};
     use std::arch::x86_64::*;
+
+    /// What becomes of a tile of `R x V` accumulated vectors (rows from `i0`, columns from `j0`,
+    /// the last vector of a row under `last`), and of each band of rows once all its columns
+    /// are done.
+    pub(super) trait Finish<V, M> {
+        /// # Safety
+        /// Every element the tile covers is in bounds of what the finisher writes.
+        unsafe fn tile<const R: usize, const W: usize>(
+            &mut self,
+            i0: usize,
+            j0: usize,
+            last: M,
+            acc: &[[V; W]; R],
+        );
+        /// # Safety
+        /// As for `tile`.
+        #[inline(always)]
+        unsafe fn rows(&mut self, i0: usize, rows: usize) {
+            let _ = (i0, rows);
+        }
+    }
+
+    /// The plain product: `dst[i rs + j]`.
+    pub(super) struct Plain<T> {
+        pub dst: *mut T,
+        pub rs: usize,
+    }
+
+    /// A hidden layer's primal rows (see `super::TanhLayer`).
+    pub(super) struct Primal<'a, T, M> {
+        pub p: *mut T,
+        pub h: *mut T,
+        pub rs: usize,
+        pub width: usize,
+        pub b: *const T,
+        pub s: *const T,
+        pub c: *const T,
+        pub map: &'a M,
+    }
+
+    /// A hidden layer's tangent rows (see `super::TanhLayer`); rows counted from the first
+    /// tangent row, `h_primal` the layer's activated primal rows.
+    pub(super) struct Tangent<T> {
+        pub p: *mut T,
+        pub h: *mut T,
+        pub h_primal: *const T,
+        pub n: usize,
+        pub rs: usize,
+        pub s: *const T,
+    }
 
     /// Rows of the left operand held at once (broadcast), and vectors of the right one.
     const ROWS: usize = 6;
     const VECS: usize = 4;
 
     macro_rules! outer_kernel {
-        ($name:ident, $tile:ident, $t:ty, $v:ty, $mask:ty, $lanes:expr, $zero:ident, $set1:ident,
-         $loadz:ident, $fmadd:ident, $store:ident) => {
+        ($name:ident, $drive:ident, $tile:ident, $t:ty, $v:ty, $mask:ty, $lanes:expr, $zero:ident,
+         $set1:ident, $loadz:ident, $fmadd:ident, $store:ident, $add:ident, $mul:ident,
+         $sub:ident) => {
             /// `R x V` vectors of the output, summed over the whole depth in registers.
             #[target_feature(enable = "avx512f")]
             #[inline]
             #[allow(clippy::too_many_arguments)]
-            unsafe fn $tile<const R: usize, const V: usize>(
-                o: &mut OuterProduct<'_, $t>,
+            unsafe fn $tile<const R: usize, const V: usize, F: Finish<$v, $mask>>(
+                o: &OuterProduct<'_, $t>,
+                fin: &mut F,
                 i0: usize,
                 j0: usize,
                 last: $mask,
@@ -594,11 +787,91 @@ mod x86 {
                         }
                     }
                 }
-                let dst = o.dst.as_mut_ptr();
-                for (r, acc_r) in acc.iter().enumerate() {
-                    for (v, &x) in acc_r.iter().enumerate() {
-                        let mask = if v + 1 == V { last } else { <$mask>::MAX };
-                        $store(dst.add((i0 + r) * o.dst_rs + j0 + v * $lanes), mask, x);
+                fin.tile(i0, j0, last, &acc);
+            }
+
+            /// Stores a tile as it is.
+            impl Finish<$v, $mask> for Plain<$t> {
+                #[inline(always)]
+                unsafe fn tile<const R: usize, const V: usize>(
+                    &mut self,
+                    i0: usize,
+                    j0: usize,
+                    last: $mask,
+                    acc: &[[$v; V]; R],
+                ) {
+                    for (r, acc_r) in acc.iter().enumerate() {
+                        for (v, &x) in acc_r.iter().enumerate() {
+                            let mask = if v + 1 == V { last } else { <$mask>::MAX };
+                            $store(self.dst.add((i0 + r) * self.rs + j0 + v * $lanes), mask, x);
+                        }
+                    }
+                }
+            }
+
+            /// Stores the tile to `P`, then `(P + b) s + c` to `H`; the rows' activation
+            /// once every column of them is written.
+            impl<M: RowMap<$t>> Finish<$v, $mask> for Primal<'_, $t, M> {
+                #[inline(always)]
+                unsafe fn tile<const R: usize, const V: usize>(
+                    &mut self,
+                    i0: usize,
+                    j0: usize,
+                    last: $mask,
+                    acc: &[[$v; V]; R],
+                ) {
+                    for (r, acc_r) in acc.iter().enumerate() {
+                        for (v, &x) in acc_r.iter().enumerate() {
+                            let mask = if v + 1 == V { last } else { <$mask>::MAX };
+                            let (at, j) = ((i0 + r) * self.rs + j0 + v * $lanes, j0 + v * $lanes);
+                            $store(self.p.add(at), mask, x);
+                            // u = (p + b) s + c, each operation rounded on its own
+                            let u = $add(
+                                $mul(
+                                    $add(x, $loadz(mask, self.b.add(j))),
+                                    $loadz(mask, self.s.add(j)),
+                                ),
+                                $loadz(mask, self.c.add(j)),
+                            );
+                            $store(self.h.add(at), mask, u);
+                        }
+                    }
+                }
+                #[inline(always)]
+                unsafe fn rows(&mut self, i0: usize, rows: usize) {
+                    for i in i0..i0 + rows {
+                        self.map.apply(std::slice::from_raw_parts_mut(
+                            self.h.add(i * self.rs),
+                            self.width,
+                        ));
+                    }
+                }
+            }
+
+            /// Stores the tile to `P`, then `(1 - h'^2) (P s)` to `H`, `h'` the activated
+            /// primal row of the same sample.
+            impl Finish<$v, $mask> for Tangent<$t> {
+                #[inline(always)]
+                unsafe fn tile<const R: usize, const V: usize>(
+                    &mut self,
+                    i0: usize,
+                    j0: usize,
+                    last: $mask,
+                    acc: &[[$v; V]; R],
+                ) {
+                    let one = $set1(1.0);
+                    for (r, acc_r) in acc.iter().enumerate() {
+                        let hp = self.h_primal.add(((i0 + r) % self.n) * self.rs);
+                        for (v, &x) in acc_r.iter().enumerate() {
+                            let mask = if v + 1 == V { last } else { <$mask>::MAX };
+                            let (at, j) = ((i0 + r) * self.rs + j0 + v * $lanes, j0 + v * $lanes);
+                            $store(self.p.add(at), mask, x);
+                            let h = $loadz(mask, hp.add(j));
+                            // (1 - h'^2) (p s), each operation rounded on its own
+                            let y =
+                                $mul($sub(one, $mul(h, h)), $mul(x, $loadz(mask, self.s.add(j))));
+                            $store(self.h.add(at), mask, y);
+                        }
                     }
                 }
             }
@@ -609,7 +882,24 @@ mod x86 {
             /// # Safety
             /// The CPU must have AVX-512 F; every element the strides reach is in bounds.
             #[target_feature(enable = "avx512f")]
-            pub(super) unsafe fn $name(mut o: OuterProduct<'_, $t>) {
+            pub(super) unsafe fn $name(o: OuterProduct<'_, $t>) {
+                let mut fin = Plain {
+                    dst: o.dst.as_ptr().cast_mut(),
+                    rs: o.dst_rs,
+                };
+                $drive(&o, &mut fin)
+            }
+
+            /// The tiles of [`OuterProduct`] (its destination unused), each handed to `fin`,
+            /// and `fin.rows` after each band of rows.
+            ///
+            /// # Safety
+            /// As for the plain form; `fin` writes only where it was built to.
+            #[target_feature(enable = "avx512f")]
+            pub(super) unsafe fn $drive<F: Finish<$v, $mask>>(
+                o: &OuterProduct<'_, $t>,
+                fin: &mut F,
+            ) {
                 let (m, n) = (o.m, o.n);
                 let vecs = n.div_ceil($lanes);
                 let tail = n - (vecs - 1) * $lanes;
@@ -629,10 +919,10 @@ mod x86 {
                         macro_rules! go {
                             ($r:literal) => {
                                 match v {
-                                    1 => $tile::<$r, 1>(&mut o, i0, j0, last),
-                                    2 => $tile::<$r, 2>(&mut o, i0, j0, last),
-                                    3 => $tile::<$r, 3>(&mut o, i0, j0, last),
-                                    _ => $tile::<$r, 4>(&mut o, i0, j0, last),
+                                    1 => $tile::<$r, 1, F>(o, fin, i0, j0, last),
+                                    2 => $tile::<$r, 2, F>(o, fin, i0, j0, last),
+                                    3 => $tile::<$r, 3, F>(o, fin, i0, j0, last),
+                                    _ => $tile::<$r, 4, F>(o, fin, i0, j0, last),
                                 }
                             };
                         }
@@ -646,6 +936,7 @@ mod x86 {
                         }
                         v0 += v;
                     }
+                    fin.rows(i0, rows);
                     i0 += rows;
                 }
             }
@@ -654,6 +945,7 @@ mod x86 {
 
     outer_kernel!(
         outer_f32,
+        drive_f32,
         tile_f32,
         f32,
         __m512,
@@ -663,10 +955,14 @@ mod x86 {
         _mm512_set1_ps,
         _mm512_maskz_loadu_ps,
         _mm512_fmadd_ps,
-        _mm512_mask_storeu_ps
+        _mm512_mask_storeu_ps,
+        _mm512_add_ps,
+        _mm512_mul_ps,
+        _mm512_sub_ps
     );
     outer_kernel!(
         outer_f64,
+        drive_f64,
         tile_f64,
         f64,
         __m512d,
@@ -676,7 +972,10 @@ mod x86 {
         _mm512_set1_pd,
         _mm512_maskz_loadu_pd,
         _mm512_fmadd_pd,
-        _mm512_mask_storeu_pd
+        _mm512_mask_storeu_pd,
+        _mm512_add_pd,
+        _mm512_mul_pd,
+        _mm512_sub_pd
     );
 }
 
@@ -939,6 +1238,152 @@ mod gemm_tests {
                 check_against_gemm::<f32>(m, n, k, lr, rt);
                 check_against_gemm::<f64>(m, n, k, lr, rt);
             }
+        }
+    }
+
+    /// A stand-in activation for the tests: odd, bounded, cheap, and not `tanh`, so that a
+    /// fused form that skipped it or ran it twice would show.
+    struct Squash;
+    impl<A: Real> RowMap<A> for Squash {
+        #[inline(always)]
+        fn apply(&self, row: &mut [A]) {
+            for x in row.iter_mut() {
+                *x = *x / (A::one() + x.abs());
+            }
+        }
+    }
+
+    /// [`hidden_layer_into`] against [`gemm_into`] followed by the element-wise loops it
+    /// stands for, on `n` samples with `k` tangent blocks, `inp -> out`.
+    fn check_hidden_layer<A: Real>(n: usize, k: usize, inp: usize, out: usize) {
+        let rows = (1 + k) * n;
+        let mut h_in: Vec<A> = data(rows * inp, 0.37);
+        // a NaN in the last tangent row (so that it poisons only that row) and a signed zero
+        if rows >= 4 {
+            h_in[rows * inp - 1] = A::of_f64(f64::NAN);
+            h_in[1] = A::of_f64(-0.0);
+        }
+        let wt: Vec<A> = data(inp * out, 0.91);
+        let (b, s, c): (Vec<A>, Vec<A>, Vec<A>) = (data(out, 1.3), data(out, 0.7), data(out, 2.9));
+        // the composed form
+        let mut p0 = vec![A::zero(); rows * out];
+        gemm_into(
+            rows,
+            out,
+            inp,
+            &mut p0,
+            0,
+            out,
+            Operand {
+                data: &h_in,
+                offset: 0,
+                rs: inp,
+                cs: 1,
+            },
+            Operand {
+                data: &wt,
+                offset: 0,
+                rs: out,
+                cs: 1,
+            },
+        );
+        let mut h0 = vec![A::zero(); rows * out];
+        for i in 0..n {
+            for j in 0..out {
+                h0[i * out + j] = (p0[i * out + j] + b[j]) * s[j] + c[j];
+            }
+            Squash.apply(&mut h0[i * out..(i + 1) * out]);
+        }
+        for r in n..rows {
+            for j in 0..out {
+                let h = h0[(r % n) * out + j];
+                h0[r * out + j] = (A::one() - h * h) * (p0[r * out + j] * s[j]);
+            }
+        }
+        // the fused form, into buffers holding NaN and one more row than it may write
+        let nan = A::of_f64(f64::NAN);
+        let (mut p1, mut h1) = (vec![nan; (rows + 1) * out], vec![nan; (rows + 1) * out]);
+        let fused = hidden_layer_into(
+            HiddenLayer {
+                n,
+                rows,
+                inp,
+                out,
+                h_in: &h_in,
+                wt: &wt,
+                b: &b,
+                s: &s,
+                c: &c,
+                p: &mut p1,
+                h_out: &mut h1,
+            },
+            &Squash,
+        );
+        let avx512 = cfg!(target_arch = "x86_64") && super::super::Simd::Avx512.is_available();
+        if !fused {
+            assert!(
+                !avx512,
+                "{n} x {k} x {inp} -> {out}: the fused form declined"
+            );
+            return;
+        }
+        let shape = format!("{n} samples, {k} tangents, {inp} -> {out}");
+        assert_eq!(bits(&p1[..rows * out]), bits(&p0), "P, {shape}");
+        assert_eq!(bits(&h1[..rows * out]), bits(&h0), "H, {shape}");
+        assert!(
+            p1[rows * out..]
+                .iter()
+                .chain(&h1[rows * out..])
+                .all(|x| x.as_f64().is_nan()),
+            "{shape}"
+        );
+    }
+
+    #[test]
+    fn a_hidden_layer_fused_into_its_product_has_the_bits_of_the_product_then_the_loops() {
+        // tiles of 6 rows over primal blocks of every length mod 6 (the tangent rows of the
+        // smallest ones reading primal rows of the same tile), full and partial vectors
+        for (n, k, inp, out) in [
+            (1, 1, 3, 2),
+            (1, 2, 5, 7),
+            (2, 2, 64, 64),
+            (3, 1, 8, 9),
+            (5, 2, 17, 16),
+            (7, 2, 64, 33),
+            (125, 2, 64, 64),
+            (128, 1, 64, 64),
+            (41, 3, 30, 48),
+        ] {
+            check_hidden_layer::<f32>(n, k, inp, out);
+            check_hidden_layer::<f64>(n, k, inp, out);
+        }
+    }
+
+    #[test]
+    fn a_hidden_layer_outside_the_register_path_is_left_to_the_caller() {
+        for (n, k, inp, out) in [(4, 2, 2, 64), (4, 2, 64, 65), (1, 0, 64, 64)] {
+            let rows = (1 + k) * n;
+            let (h, wt, v) = (
+                vec![1.0f64; rows * inp],
+                vec![1.0; inp * out],
+                vec![1.0; out],
+            );
+            let (mut p, mut ho) = (vec![-7.0; rows * out], vec![-7.0; rows * out]);
+            let l = HiddenLayer {
+                n,
+                rows,
+                inp,
+                out,
+                h_in: &h,
+                wt: &wt,
+                b: &v,
+                s: &v,
+                c: &v,
+                p: &mut p,
+                h_out: &mut ho,
+            };
+            assert!(!hidden_layer_into(l, &Squash), "{n} {k} {inp} {out}");
+            assert!(p.iter().chain(&ho).all(|&x| x == -7.0));
         }
     }
 

@@ -52,7 +52,10 @@
 
 use super::config::{LayerLayout, Layout};
 use super::tanh::tanh_slice;
-use crate::backend::{gemm_into, lane_dot_rows, vectorised, AlignedVec, Kernel, Operand, Real};
+use crate::backend::{
+    gemm_into, hidden_layer_into, lane_dot_rows, vectorised, AlignedVec, HiddenLayer, Kernel,
+    Operand, Real, RowMap,
+};
 use crate::ode::VectorField;
 use std::cell::RefCell;
 
@@ -229,6 +232,16 @@ impl<A: Real> Sbc<A> {
 /// of the benchmark machine (AVX-512).
 pub const NARROW_OUT: usize = 4;
 
+/// `tanh` over a row, as [`tanh_slice`] (the activation of [`hidden_layer_into`]).
+struct Tanh;
+
+impl<A: Real> RowMap<A> for Tanh {
+    #[inline(always)]
+    fn apply(&self, row: &mut [A]) {
+        tanh_slice(row);
+    }
+}
+
 /// `[s; b1; c]` of layer `l` at time `t` into `out`.
 fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc<A>) {
     let w = l.out;
@@ -345,9 +358,37 @@ fn forward_body<A: Real>(
     let w1t = transposed.of(layout, th);
     for (li, l) in layout.layers.iter().enumerate() {
         let (inp, wo) = (l.inp, l.out);
+        let last = li + 1 == nl;
+        squash_all(th, l, t, &mut kept.sbc[li]);
         // P = H W1^T, W1[j, c] = th[w1 + j inp + c]
         let p = &mut kept.p[li];
         p.resize(rows * wo, A::zero());
+        if !last && wo > NARROW_OUT {
+            // a hidden layer: the product and the element-wise part below in one pass, where
+            // the product is summed as outer products in registers
+            kept.h[li + 1].resize(rows * wo, A::zero());
+            let (below, above) = kept.h.split_at_mut(li + 1);
+            let (sv, bv, cv) = kept.sbc[li].split3(wo);
+            if hidden_layer_into(
+                HiddenLayer {
+                    n,
+                    rows,
+                    inp,
+                    out: wo,
+                    h_in: &below[li],
+                    wt: &w1t[l.w1..l.w1 + inp * wo],
+                    b: bv,
+                    s: sv,
+                    c: cv,
+                    p,
+                    h_out: &mut above[0],
+                },
+                &Tanh,
+            ) {
+                continue;
+            }
+        }
+        let p = &mut kept.p[li];
         if wo <= NARROW_OUT {
             // the last layer's few outputs: P = H W1^T as dot products in the lane order
             lane_dot_rows(
@@ -382,8 +423,6 @@ fn forward_body<A: Real>(
             );
         }
         let p = &kept.p[li];
-        let last = li + 1 == nl;
-        squash_all(th, l, t, &mut kept.sbc[li]);
         let (sv, bv, cv) = kept.sbc[li].split3(wo);
         if last {
             // f = (P_h + b1) s + c; tr from du = P_q s

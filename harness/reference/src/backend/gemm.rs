@@ -2,7 +2,9 @@
 //! single-threaded or split across a [`crate::pool::Pool`], whole or by upper-triangle tiles;
 //! and, for the small shapes `gemm` serves poorly, kernels of our own with the bits of its call
 //! (depth-2 products, narrow outputs from a column-major operand, and products up to 64 columns
-//! wide summed as outer products in AVX-512 registers: see `SmallProduct`).
+//! wide summed as outer products in AVX-512 registers: see `SmallProduct`); and that last kernel
+//! with a hidden layer's element-wise work applied to each tile before it leaves the registers
+//! ([`hidden_layer_into`]).
 
 use super::{vectorised, Kernel, Real};
 use crate::pool::{PartsPtr, Pool};
@@ -608,6 +610,27 @@ pub struct HiddenLayer<'a, A> {
 /// the caller then runs the product and the loops itself.
 ///
 /// Panics if a buffer is shorter than the shapes say.
+///
+/// ```
+/// use harness_reference::backend::{hidden_layer_into, HiddenLayer, RowMap};
+/// struct Identity;
+/// impl RowMap<f64> for Identity {
+///     fn apply(&self, _: &mut [f64]) {}
+/// }
+/// // one sample and its one tangent row through a 3 -> 2 layer, W = [[1, 0, 0], [0, 1, 0]]
+/// let (h, wt) = ([1.0, 2.0, 3.0, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]);
+/// let (b, s, c) = ([0.0; 2], [1.0; 2], [0.0; 2]);
+/// let (mut p, mut out) = ([0.0; 4], [0.0; 4]);
+/// let l = HiddenLayer {
+///     n: 1, rows: 2, inp: 3, out: 2, h_in: &h, wt: &wt, b: &b, s: &s, c: &c,
+///     p: &mut p, h_out: &mut out,
+/// };
+/// if hidden_layer_into(l, &Identity) {
+///     assert_eq!(p, [1.0, 2.0, 0.5, 0.0]);
+///     // primal row: (P + b) s + c; tangent row: (1 - h'^2) (P s)
+///     assert_eq!(out, [1.0, 2.0, (1.0 - 1.0) * 0.5, (1.0 - 4.0) * 0.0]);
+/// }
+/// ```
 pub fn hidden_layer_into<A: Real, M: RowMap<A>>(l: HiddenLayer<'_, A>, act: &M) -> bool {
     let (rows, n, inp, out) = (l.rows, l.n, l.inp, l.out);
     assert!(

@@ -260,7 +260,9 @@ fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc<A>) {
 /// trace (`k = d` unit tangents) or the `n x d` Hutchinson probes (`k = 1`).
 /// Its element-wise loops (the affine maps, `tanh`, the tangents) are compiled for the CPU's
 /// widest vectors ([`vectorised`]); they make no fused multiply-add and sum in a fixed order, so
-/// the bits are those of the portable build.
+/// the bits are those of the portable build. Where the product runs as outer products in
+/// AVX-512 registers, a hidden layer's loops run on each tile of it there
+/// ([`hidden_layer_into`]), with the same operations in the same order, so the same bits.
 #[allow(clippy::too_many_arguments)]
 pub fn forward<A: Real>(
     layout: &Layout,

@@ -574,8 +574,8 @@ pub trait RowMap<A>: Sync {
 /// dh'  = (1 - h'^2) * (P_q * s)          (tangent rows, h' of the same sample)
 /// ```
 ///
-/// every operation rounded on its own, in this order. `p` receives `P` and `h_out` the next
-/// input (`rows x out` each, row-major).
+/// every operation rounded on its own, in this order. `p` receives `P` (if given) and `h_out`
+/// the next input (`rows x out` each, row-major).
 pub struct HiddenLayer<'a, A> {
     /// Primal rows.
     pub n: usize,
@@ -595,8 +595,9 @@ pub struct HiddenLayer<'a, A> {
     pub s: &'a [A],
     /// See `b`.
     pub c: &'a [A],
-    /// `P`, `rows x out`, overwritten.
-    pub p: &'a mut [A],
+    /// `P`, `rows x out`, overwritten; `None` where nothing reads it (it is then not
+    /// stored at all).
+    pub p: Option<&'a mut [A]>,
     /// The next layer's input, `rows x out`, overwritten.
     pub h_out: &'a mut [A],
 }
@@ -623,7 +624,7 @@ pub struct HiddenLayer<'a, A> {
 /// let (mut p, mut out) = ([0.0; 4], [0.0; 4]);
 /// let l = HiddenLayer {
 ///     n: 1, rows: 2, inp: 3, out: 2, h_in: &h, wt: &wt, b: &b, s: &s, c: &c,
-///     p: &mut p, h_out: &mut out,
+///     p: Some(&mut p), h_out: &mut out,
 /// };
 /// if hidden_layer_into(l, &Identity) {
 ///     assert_eq!(p, [1.0, 2.0, 0.5, 0.0]);
@@ -640,7 +641,7 @@ pub fn hidden_layer_into<A: Real, M: RowMap<A>>(l: HiddenLayer<'_, A>, act: &M) 
             && l.b.len() >= out
             && l.s.len() >= out
             && l.c.len() >= out
-            && l.p.len() >= rows * out
+            && l.p.as_ref().is_none_or(|p| p.len() >= rows * out)
             && l.h_out.len() >= rows * out,
         "hidden_layer_into: a buffer is shorter than {rows} x {inp} -> {out}"
     );
@@ -666,7 +667,8 @@ macro_rules! hidden_layer_simd {
                 && std::arch::is_x86_feature_detected!("fma")
             {
                 let (n, rows, inp, out) = (l.n, l.rows, l.inp, l.out);
-                let p = l.p.as_mut_ptr();
+                // null: `P` not stored
+                let p = l.p.map_or(std::ptr::null_mut(), |p| p.as_mut_ptr());
                 let h = l.h_out.as_mut_ptr();
                 let product = |r0: usize, r1: usize| OuterProduct {
                     m: r1 - r0,
@@ -698,7 +700,7 @@ macro_rules! hidden_layer_simd {
                     x86::$drive(&product(0, n), &mut primal);
                     if rows > n {
                         let mut tangent = x86::Tangent {
-                            p: p.add(n * out),
+                            p: if p.is_null() { p } else { p.add(n * out) },
                             h: h.add(n * out),
                             h_primal: h,
                             n,
@@ -750,7 +752,7 @@ mod x86 {
         pub rs: usize,
     }
 
-    /// A hidden layer's primal rows (see `super::TanhLayer`).
+    /// A hidden layer's primal rows (see `super::HiddenLayer`); `p` null: `P` not stored.
     pub(super) struct Primal<'a, T, M> {
         pub p: *mut T,
         pub h: *mut T,
@@ -762,8 +764,8 @@ mod x86 {
         pub map: &'a M,
     }
 
-    /// A hidden layer's tangent rows (see `super::TanhLayer`); rows counted from the first
-    /// tangent row, `h_primal` the layer's activated primal rows.
+    /// A hidden layer's tangent rows (see `super::HiddenLayer`); rows counted from the first
+    /// tangent row, `h_primal` the layer's activated primal rows; `p` null: `P` not stored.
     pub(super) struct Tangent<T> {
         pub p: *mut T,
         pub h: *mut T,
@@ -847,7 +849,9 @@ mod x86 {
                         for (v, &x) in acc_r.iter().enumerate() {
                             let mask = if v + 1 == V { last } else { <$mask>::MAX };
                             let (at, j) = ((i0 + r) * self.rs + j0 + v * $lanes, j0 + v * $lanes);
-                            $store(self.p.add(at), mask, x);
+                            if !self.p.is_null() {
+                                $store(self.p.add(at), mask, x);
+                            }
                             // u = (p + b) s + c, each operation rounded on its own
                             let u = $add(
                                 $mul(
@@ -888,7 +892,9 @@ mod x86 {
                         for (v, &x) in acc_r.iter().enumerate() {
                             let mask = if v + 1 == V { last } else { <$mask>::MAX };
                             let (at, j) = ((i0 + r) * self.rs + j0 + v * $lanes, j0 + v * $lanes);
-                            $store(self.p.add(at), mask, x);
+                            if !self.p.is_null() {
+                                $store(self.p.add(at), mask, x);
+                            }
                             let h = $loadz(mask, hp.add(j));
                             // (1 - h'^2) (p s), each operation rounded on its own
                             let y =
@@ -1337,7 +1343,7 @@ mod gemm_tests {
                 b: &b,
                 s: &s,
                 c: &c,
-                p: &mut p1,
+                p: Some(&mut p1),
                 h_out: &mut h1,
             },
             &Squash,
@@ -1360,6 +1366,23 @@ mod gemm_tests {
                 .all(|x| x.as_f64().is_nan()),
             "{shape}"
         );
+        // without `P`: the same `H`
+        let mut h2 = vec![nan; rows * out];
+        let l = HiddenLayer {
+            n,
+            rows,
+            inp,
+            out,
+            h_in: &h_in,
+            wt: &wt,
+            b: &b,
+            s: &s,
+            c: &c,
+            p: None,
+            h_out: &mut h2,
+        };
+        assert!(hidden_layer_into(l, &Squash));
+        assert_eq!(bits(&h2), bits(&h0), "H without P, {shape}");
     }
 
     #[test]
@@ -1402,7 +1425,7 @@ mod gemm_tests {
                 b: &v,
                 s: &v,
                 c: &v,
-                p: &mut p,
+                p: Some(&mut p),
                 h_out: &mut ho,
             };
             assert!(!hidden_layer_into(l, &Squash), "{n} {k} {inp} {out}");

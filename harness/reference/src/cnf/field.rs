@@ -90,7 +90,7 @@ impl<'a, A: Real> BlockField<'a, A> {
             theta,
             n,
             tangents,
-            kept: RefCell::new(Kept::default()),
+            kept: RefCell::new(Kept::scratch()),
             transposed: RefCell::new(Transposed::default()),
         }
     }
@@ -118,13 +118,17 @@ impl<'a, A: Real> BlockField<'a, A> {
 
 /// One evaluation's intermediate values, kept for the backward pass of [`super::adjoint`]: the
 /// time and, per layer, the stacked input `H`, the product `P = H W1^T` and the per-unit vectors
-/// `[s; b1; c]` at that time (so the backward pass does not evaluate the sigmoids again).
-/// Reused between calls.
+/// `[s; b1; c]` at that time (so the backward pass does not evaluate the sigmoids again); in
+/// scratch buffers ([`Kept::scratch`], which no backward pass reads) a hidden layer's `P` may be
+/// left unwritten. Reused between calls.
 pub struct Kept<A> {
     pub(super) t: A,
     pub(super) h: Vec<AlignedVec<A>>,
     pub(super) p: Vec<AlignedVec<A>>,
     pub(super) sbc: Vec<Sbc<A>>,
+    /// Whether a backward pass will read `p`: if not, the hidden layers whose element-wise
+    /// work runs on their product's tiles ([`hidden_layer_into`]) do not store it.
+    pub(super) for_backward: bool,
 }
 
 impl<A: Real> Default for Kept<A> {
@@ -134,6 +138,18 @@ impl<A: Real> Default for Kept<A> {
             h: Vec::new(),
             p: Vec::new(),
             sbc: Vec::new(),
+            for_backward: true,
+        }
+    }
+}
+
+impl<A: Real> Kept<A> {
+    /// Buffers for evaluations no backward pass reads (a solve's own): a hidden layer's `P` may
+    /// be left unwritten.
+    pub(super) fn scratch() -> Self {
+        Kept {
+            for_backward: false,
+            ..Kept::default()
         }
     }
 }
@@ -382,7 +398,7 @@ fn forward_body<A: Real>(
                     b: bv,
                     s: sv,
                     c: cv,
-                    p,
+                    p: kept.for_backward.then_some(p),
                     h_out: &mut above[0],
                 },
                 &Tanh,

@@ -75,7 +75,7 @@ impl<A: Real> Default for BlockScratch<A> {
     fn default() -> Self {
         BlockScratch {
             kept: Vec::new(),
-            scratch: Kept::default(),
+            scratch: Kept::scratch(),
             transposed: Transposed::default(),
             back: BackScratch::default(),
         }

@@ -1277,7 +1277,7 @@ mod gemm_tests {
         #[inline(always)]
         fn apply(&self, row: &mut [A]) {
             for x in row.iter_mut() {
-                *x = *x / (A::one() + x.abs());
+                *x /= A::one() + x.abs();
             }
         }
     }

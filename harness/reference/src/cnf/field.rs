@@ -119,7 +119,7 @@ impl<'a, A: Real> BlockField<'a, A> {
 /// One evaluation's intermediate values, kept for the backward pass of [`super::adjoint`]: the
 /// time and, per layer, the stacked input `H`, the product `P = H W1^T` and the per-unit vectors
 /// `[s; b1; c]` at that time (so the backward pass does not evaluate the sigmoids again); in
-/// scratch buffers ([`Kept::scratch`], which no backward pass reads) a hidden layer's `P` may be
+/// scratch buffers (`Kept::scratch`, which no backward pass reads) a hidden layer's `P` may be
 /// left unwritten. Reused between calls.
 pub struct Kept<A> {
     pub(super) t: A,

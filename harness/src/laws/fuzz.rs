@@ -738,3 +738,129 @@ pub fn cnf(data: &[u8]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The name the `golden` target gives the text it parses (errors must name it).
+pub const GOLDEN_FUZZ_FILE: &str = "fuzz.json";
+
+/// The `golden` target: arbitrary bytes as the text of a golden file (`docs/GOLDEN-FORMAT.md`).
+/// Text that is not UTF-8 is skipped (reading such a file is an I/O error before parsing). The
+/// parser returns a case or an [`crate::Error::Golden`] naming the file and saying what is
+/// wrong; a parsed case replays (through the fast kernels) to a result whose detail says what
+/// was compared or what failed, or to a format error naming the file; and replaying it again
+/// gives the same verdict, detail and output bits. Never a panic: a golden file is user input.
+///
+/// ```
+/// use harness::laws::fuzz::golden;
+/// golden(b"{\"format\": \"golden-v1\"}").unwrap(); // refused with a typed error: fine
+/// golden(b"[[[[[[[[").unwrap();
+/// ```
+pub fn golden(data: &[u8]) -> Result<(), String> {
+    golden_with(data, &crate::golden::replay)
+}
+
+/// [`golden`] with the replay under test: `replay` stands for [`crate::golden::replay`].
+pub fn golden_with(
+    data: &[u8],
+    replay: &dyn Fn(&crate::golden::Case) -> crate::Result<crate::golden::CaseResult>,
+) -> Result<(), String> {
+    use crate::golden::Case;
+    let Ok(text) = std::str::from_utf8(data) else {
+        return Ok(());
+    };
+    let named = |e: crate::Error| -> Result<String, String> {
+        match e {
+            crate::Error::Golden { file, msg } if file == GOLDEN_FUZZ_FILE && !msg.is_empty() => {
+                Ok(msg)
+            }
+            other => Err(format!("not a golden error naming the file: {other}")),
+        }
+    };
+    let case = match Case::parse(GOLDEN_FUZZ_FILE, text) {
+        Ok(c) => c,
+        Err(e) => return named(e).map(|_| ()),
+    };
+    let verdict = |r: crate::Result<crate::golden::CaseResult>| -> Result<String, String> {
+        match r {
+            Ok(r) if r.detail.is_empty() => Err(format!("case `{}`: empty detail", r.name)),
+            Ok(r) => Ok(format!("{} {} {}", r.passed, r.output_bits, r.detail)),
+            Err(e) => named(e).map(|m| format!("error {m}")),
+        }
+    };
+    let first = verdict(replay(&case))?;
+    let again = verdict(replay(&case))?;
+    if first != again {
+        return Err(format!(
+            "replaying case `{}` twice: `{first}`, then `{again}`",
+            case.name
+        ));
+    }
+    Ok(())
+}
+
+/// Points the `pgm` target draws from each image it accepts.
+pub const PGM_FUZZ_SAMPLES: usize = 64;
+
+/// The `pgm` target: arbitrary bytes as a greyscale image for `train-cnf --data`
+/// ([`crate::cnf::data::ImageDensity::from_pgm`], P2 or P5). Malformed images are refused with
+/// a message; an accepted one gives a density from which [`PGM_FUZZ_SAMPLES`] points are drawn:
+/// every point finite, and, back in pixel units, on a pixel of positive weight (never on a white
+/// pixel or outside the image; a point within `1e-6` of such a pixel's edge counts for it, for
+/// the rounding of the standardisation). The f32 draw is the f64 draw rounded once.
+///
+/// ```
+/// use harness::laws::fuzz::pgm;
+/// pgm(b"P2 2 2 255 0 255 255 10").unwrap();
+/// pgm(b"P5 99999999 1 255 ").unwrap(); // refused: fine
+/// ```
+pub fn pgm(data: &[u8]) -> Result<(), String> {
+    use crate::cnf::data::{Dataset, ImageDensity};
+    let im = match ImageDensity::from_pgm(data) {
+        Ok(im) => im,
+        Err(msg) if msg.is_empty() => return Err("refused with an empty message".into()),
+        Err(_) => return Ok(()),
+    };
+    let ds = Dataset::Image(im.clone());
+    let mut wide = vec![0.0f64; 2 * PGM_FUZZ_SAMPLES];
+    let mut narrow = vec![0.0f32; 2 * PGM_FUZZ_SAMPLES];
+    ds.sample_into(17, 0, &mut wide);
+    ds.sample_as(17, 0, &mut narrow);
+    image_draws_hold(&im, &wide, &narrow)
+}
+
+/// The checks of [`pgm`] on draws from `im`: `wide` (f64) and `narrow` (f32) hold the same
+/// points as `n x 2` rows.
+pub fn image_draws_hold(
+    im: &crate::cnf::data::ImageDensity,
+    wide: &[f64],
+    narrow: &[f32],
+) -> Result<(), String> {
+    const EDGE: f64 = 1e-6;
+    for (i, p) in wide.chunks_exact(2).enumerate() {
+        if !(p[0].is_finite() && p[1].is_finite()) {
+            return Err(format!(
+                "{}x{} image: sample {i} = ({}, {})",
+                im.width, im.height, p[0], p[1]
+            ));
+        }
+        let (px, py) = im.to_pixels(p[0], p[1]);
+        let dark = [-EDGE, 0.0, EDGE].iter().any(|&dx| {
+            [-EDGE, 0.0, EDGE]
+                .iter()
+                .any(|&dy| im.weight_at(px + dx, py + dy) > 0.0)
+        });
+        if !dark {
+            return Err(format!(
+                "{}x{} image: sample {i} at pixel coordinates ({px}, {py}) lies on no pixel of \
+                 positive weight",
+                im.width, im.height
+            ));
+        }
+    }
+    if let Some(i) = (0..wide.len()).find(|&i| narrow[i] != wide[i] as f32) {
+        return Err(format!(
+            "f32 draw {} is not the f64 draw {} rounded",
+            narrow[i], wide[i]
+        ));
+    }
+    Ok(())
+}

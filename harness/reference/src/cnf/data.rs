@@ -368,6 +368,46 @@ impl ImageDensity {
         })
     }
 
+    /// A standardised point `(x, y)`, as [`Dataset::sample_into`] draws them, back in pixel
+    /// units: `(x std_x + mean_x, y std_y + mean_y)`, where the image covers `[0, width] x
+    /// [0, height]` with `y` pointing up (the inverse of the standardisation, up to rounding).
+    ///
+    /// ```
+    /// use harness_reference::cnf::data::ImageDensity;
+    /// // one dark pixel: every point drawn lies in [0, 1]^2 in pixel units
+    /// let im = ImageDensity::from_pgm(b"P2 1 1 255 0").unwrap();
+    /// let (px, py) = im.to_pixels(0.0, 0.0);
+    /// assert_eq!((px, py), (0.5, 0.5));
+    /// ```
+    pub fn to_pixels(&self, x: f64, y: f64) -> (f64, f64) {
+        (x * self.std.0 + self.mean.0, y * self.std.1 + self.mean.1)
+    }
+
+    /// The sampling weight of the pixel whose unit square holds the point `(px, py)` in pixel
+    /// units ([`ImageDensity::to_pixels`]; a square includes its left and lower edges): the
+    /// pixel's darkness `1 - value / maxval` as the cumulative sums hold it, 0 outside the
+    /// image. A pixel of weight 0 is never drawn.
+    ///
+    /// ```
+    /// use harness_reference::cnf::data::ImageDensity;
+    /// // 2x1: a black pixel on the left, a white one on the right
+    /// let im = ImageDensity::from_pgm(b"P2 2 1 255 0 255").unwrap();
+    /// assert_eq!(im.weight_at(0.5, 0.5), 1.0);
+    /// assert_eq!(im.weight_at(1.5, 0.5), 0.0);
+    /// assert_eq!(im.weight_at(-0.5, 0.5), 0.0);
+    /// ```
+    pub fn weight_at(&self, px: f64, py: f64) -> f64 {
+        let (w, h) = (self.width as f64, self.height as f64);
+        if !(px >= 0.0 && px < w && py >= 0.0 && py < h) {
+            return 0.0;
+        }
+        let col = px.floor() as usize;
+        let row = self.height - 1 - py.floor() as usize;
+        let i = row * self.width + col;
+        let below = if i == 0 { 0.0 } else { self.cdf[i - 1] };
+        self.cdf[i] - below
+    }
+
     /// Centre of pixel `i` with y pointing up.
     fn centre(width: usize, height: usize, i: usize) -> (f64, f64) {
         let (row, col) = (i / width, i % width);

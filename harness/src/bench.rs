@@ -1,5 +1,8 @@
 //! `harness bench AREA`: the reference timed against the physical limit measured in the same run.
 //!
+//! A limit is read beside the figure it bounds: the fused steps' before each repetition, the
+//! others just before and just after their figures ([`Bracket`]), the faster reading counting.
+//!
 //! Figures (names from `docs/CLI.md`, stable; times are medians over repetitions):
 //! - area `optim`: `copy_bandwidth_gbps`, `adam_fused_16m_gbps`, `radam_fused_16m_gbps`,
 //!   `radam_allocs_per_step`, the ratios of the fused rates to the copy bandwidth, and
@@ -66,12 +69,125 @@ pub struct Figure {
     /// How the upstream work was done and where it differs from ours.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_note: Option<String>,
+    /// For a limit measured on both sides of the figures it bounds: its two readings (`value` is
+    /// the faster, [`Bracket::limit`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bracket: Option<Bracket>,
 }
+
+/// A limit's rate read just before and just after the figure it bounds, in the limit's unit.
+///
+/// The benchmark host changes speed within seconds: its gemm rate moved from 224 to 188 GFLOP/s
+/// (f32) between two runs a few seconds apart, and its memory streams 10-20% faster in one state
+/// than in the other. A limit read only on one side of its figure can catch the slow state while
+/// the figure ran in the fast one; it then bounds nothing, and the ratio reads high (one run's f32
+/// CNF step read 0.850 of a limit measured slow, against 0.72-0.73 in the runs beside it). Read
+/// on both sides, the limit is the faster reading ([`Bracket::limit`]: the best the machine did
+/// around the figure), and a spread between the two above [`HOST_DRIFT_RATIO`] is reported beside
+/// every ratio that uses it ([`attach_limits`]): the host changed state while the figure ran, so
+/// the figure may have run in the slower one and its ratio read low.
+///
+/// # Example
+/// ```
+/// use harness::bench::Bracket;
+/// let mut readings = vec![150.0, 100.0]; // popped: 100 before, 150 after
+/// let mut order = Vec::new();
+/// let (b, out) = Bracket::around(
+///     || { order.push("limit"); readings.pop().unwrap() },
+///     || { "figure" },
+/// );
+/// assert_eq!((b.before, b.after, out), (100.0, 150.0, "figure"));
+/// assert_eq!(b.limit(), 150.0);
+/// assert_eq!(b.drift(), 1.5);
+/// assert_eq!(order, ["limit", "limit"]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Bracket {
+    /// The limit's rate just before the figure.
+    pub before: f64,
+    /// The limit's rate just after the figure.
+    pub after: f64,
+}
+
+impl Bracket {
+    /// Read the limit with `measure`, run `figure`, read the limit again; the figure's result
+    /// with both readings.
+    pub fn around<T>(mut measure: impl FnMut() -> f64, figure: impl FnOnce() -> T) -> (Bracket, T) {
+        let before = measure();
+        let out = figure();
+        let after = measure();
+        (Bracket { before, after }, out)
+    }
+
+    /// The limit: the faster of the two readings (a NaN reading counts as none).
+    pub fn limit(&self) -> f64 {
+        self.before.max(self.after)
+    }
+
+    /// How far apart the readings are: the faster over the slower (1 = steady; infinite when a
+    /// reading is not a positive number).
+    pub fn drift(&self) -> f64 {
+        let lo = self.before.min(self.after);
+        if lo > 0.0 && self.before.is_finite() && self.after.is_finite() {
+            self.limit() / lo
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// A limit whose two readings ([`Bracket`]) are further apart than this was read across a change
+/// of the host's state: the ratios it gives say so. Best-of-rounds readings of the same state
+/// agree within 1-2% on the benchmark host; its two states differ by 10-20%.
+pub const HOST_DRIFT_RATIO: f64 = 1.05;
+
+/// Which limit figures each figure's limit (or, for a ratio figure, its denominator) is made of.
+pub const LIMITS_OF: [(&str, &[&str]); 12] = [
+    ("ns5_1024_ms", &["gemm_1024_gflops"]),
+    ("ns5_1024_15_gemms_ms", &["gemm_1024_gflops"]),
+    ("ns5_1024_vs_15_gemms", &["gemm_1024_gflops"]),
+    (
+        "linesearch_rosenbrock_65536_ms",
+        &["cache_stream_65536_gbps", "f32_flops_gflops"],
+    ),
+    ("init_chunked_gbps", &["fresh_write_gbps"]),
+    ("init_chunked_16x1024x4096_ms", &["fresh_write_gbps"]),
+    ("init_chunked_vs_fresh_write", &["fresh_write_gbps"]),
+    (
+        "train_step_w64_d3_b500_ms",
+        &["gemm_f64_384x64x64_all_cores_gflops"],
+    ),
+    (
+        "train_step_vs_gemm_bound",
+        &["gemm_f64_384x64x64_all_cores_gflops"],
+    ),
+    (
+        "cnf_loglik_b500_ms",
+        &["gemm_f64_384x64x64_all_cores_gflops"],
+    ),
+    (
+        "train_step_w64_d3_b500_f32_ms",
+        &["gemm_f32_384x64x64_all_cores_gflops"],
+    ),
+    (
+        "train_step_f32_vs_gemm_bound",
+        &["gemm_f32_384x64x64_all_cores_gflops"],
+    ),
+];
 
 impl Figure {
     /// A figure with only its name, value and unit (what `bench AREA` reports).
     pub fn new(name: &str, value: f64, unit: &str) -> Figure {
         fig(name, value, unit)
+    }
+
+    /// A limit figure read on both sides of the figures it bounds: its value is the faster
+    /// reading, and it keeps both.
+    pub fn bracketed(name: &str, bracket: Bracket, unit: &str) -> Figure {
+        Figure {
+            bracket: Some(bracket),
+            ..fig(name, bracket.limit(), unit)
+        }
     }
 }
 
@@ -88,6 +204,7 @@ fn fig(name: &str, value: f64, unit: &str) -> Figure {
         upstream_compile_s: None,
         ratio_to_upstream: None,
         upstream_note: None,
+        bracket: None,
     }
 }
 
@@ -222,8 +339,14 @@ pub fn ns5_flops(n: usize) -> f64 {
 /// Give every figure of a run its limit, measured in the same run: for a rate the limit rate
 /// (`ratio = value / limit`), for a time the ideal time (`ratio = limit / value`), and in both
 /// cases `limit_source`, the words saying what the limit is. A figure whose limit was not
-/// measured in this run (an area left out) keeps `limit` and `ratio` empty.
+/// measured in this run (an area left out) keeps `limit` and `ratio` empty. A figure whose limit
+/// was read on both sides of it ([`Bracket`]) with readings more than [`HOST_DRIFT_RATIO`] apart
+/// gets both readings in `limit_source` ([`LIMITS_OF`] names each figure's limits).
 pub fn attach_limits(figures: &mut [Figure]) {
+    let brackets: Vec<(String, Bracket)> = figures
+        .iter()
+        .filter_map(|f| f.bracket.map(|b| (f.name.clone(), b)))
+        .collect();
     let get = |name: &str| figures.iter().find(|f| f.name == name).map(|f| f.value);
     let cache_stream = get("cache_stream_65536_gbps");
     let flops = get("f32_flops_gflops");
@@ -415,6 +538,23 @@ pub fn attach_limits(figures: &mut [Figure]) {
                  it does not bound; {}",
                 f.limit_source.take().unwrap_or_default()
             ));
+        }
+        let limits = LIMITS_OF.iter().find(|(n, _)| *n == f.name);
+        for limit in limits.map_or(&[][..], |(_, l)| *l) {
+            let drifted = brackets
+                .iter()
+                .find(|(n, b)| n == limit && b.drift() > HOST_DRIFT_RATIO);
+            if let Some((_, b)) = drifted {
+                let source = f.limit_source.get_or_insert_with(String::new);
+                source.push_str(&format!(
+                    "; HOST CHANGED SPEED: {limit} read {:.1} before this figure and {:.1} after \
+                     ({:.2}x); the faster is the limit, so the figure may have run in the slower \
+                     state and its ratio read low",
+                    b.before,
+                    b.after,
+                    b.drift()
+                ));
+            }
         }
     }
 }
@@ -713,8 +853,6 @@ pub fn cache_stream_gbps(n: usize, reps: usize) -> f64 {
 fn optim(quick: bool) -> Result<Vec<Figure>> {
     let reps = if quick { 3 } else { 11 };
     let copy = copy_bandwidth_gbps(reps);
-    let cache_stream = cache_stream_gbps(LINESEARCH_DIM, reps);
-    let flops = f32_flops_gflops(reps);
     let stream = stream_4r3w_gbps(reps);
     let mk = |v: f32| -> Result<Tree<f32>> {
         Ok(Tree::from_leaves([(
@@ -779,14 +917,24 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     drop(radam);
     drop(params);
     drop(grads);
-    // a step is a fraction of a millisecond: many repetitions steady its median
-    let (ls_ms, ls_evals) = linesearch_rosenbrock(LINESEARCH_DIM, 20 * reps + 1)?;
+    // a step is a fraction of a millisecond: many repetitions steady its median; its two limit
+    // rates are read on both sides of it
+    let (cache_stream, (flops, ls)) = Bracket::around(
+        || cache_stream_gbps(LINESEARCH_DIM, reps),
+        || {
+            Bracket::around(
+                || f32_flops_gflops(reps),
+                || linesearch_rosenbrock(LINESEARCH_DIM, 20 * reps + 1),
+            )
+        },
+    );
+    let (ls_ms, ls_evals) = ls?;
     let (adam_gbps, radam_gbps) = (bytes / adam_s / 1e9, bytes / radam_s / 1e9);
     Ok(vec![
         fig("copy_bandwidth_gbps", copy, "GB/s"),
         fig("stream_4r3w_gbps", stream, "GB/s"),
-        fig("cache_stream_65536_gbps", cache_stream, "GB/s"),
-        fig("f32_flops_gflops", flops, "GFLOP/s"),
+        Figure::bracketed("cache_stream_65536_gbps", cache_stream, "GB/s"),
+        Figure::bracketed("f32_flops_gflops", flops, "GFLOP/s"),
         fig("adam_fused_16m_gbps", adam_gbps, "GB/s"),
         fig("radam_fused_16m_gbps", radam_gbps, "GB/s"),
         fig("adam_fused_vs_copy", adam_gbps / copy, "ratio"),
@@ -1053,23 +1201,28 @@ fn muon(quick: bool) -> Result<Vec<Figure>> {
     use crate::optim::muon::NsPlan;
     let reps = if quick { 3 } else { 7 };
     let n = MUON_N;
-    // the limit's rate: the best product of the run
-    let gflops = gemm_f32_gflops(n, reps);
-    let gemm_s = 2.0 * (n as f64).powi(3) / (gflops * 1e9);
     let x: Vec<f32> = (0..n * n).map(|i| ((i as f32) * 0.618).sin()).collect();
     let coeffs = Array::new(vec![3], crate::optim::muon::coeffs::STANDARD.to_vec())?;
     let mut plan = NsPlan::<f32>::new(n, n);
     let mut out = vec![0.0f32; n * n];
     plan.run(&x, &coeffs, 5, 1e-8, &mut out);
-    let ns_s = median_seconds(reps, || {
-        plan.run(&x, &coeffs, 5, 1e-8, &mut out);
-    });
+    // the limit's rate: the best product, read on both sides of the iteration's timing
+    let (gemm, ns_s) = Bracket::around(
+        || gemm_f32_gflops(n, reps),
+        || {
+            median_seconds(reps, || {
+                plan.run(&x, &coeffs, 5, 1e-8, &mut out);
+            })
+        },
+    );
     std::hint::black_box(&out);
+    let gflops = gemm.limit();
+    let gemm_s = 2.0 * (n as f64).powi(3) / (gflops * 1e9);
     // a plain iteration is 3 full products; the planned one ~2.06 (the tiles covering the upper
     // triangles of A and (cA)A, 0.53 each at 1024, and B X)
     let full_products_ms = 15.0 * gemm_s * 1e3;
     Ok(vec![
-        fig("gemm_1024_gflops", gflops, "GFLOP/s"),
+        Figure::bracketed("gemm_1024_gflops", gemm, "GFLOP/s"),
         fig("ns5_1024_ms", ns_s * 1e3, "ms"),
         fig("ns5_1024_15_gemms_ms", full_products_ms, "ms"),
         fig(
@@ -1097,15 +1250,19 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
     let bytes = cfg.final_bytes() as f64;
     let n = cfg.params();
     // fresh memory written once on every core (rayon's collect writes each chunk in place),
-    // the best of the run
-    let fill = fresh_write_gbps(n, reps.max(3));
+    // the best of the run, read on both sides of the init's timing
     let mut err = None;
-    let init_s = median_seconds(reps, || {
-        match build::<half::f16>(&cfg, 0, Strategy::ChunkedDirect, &mut ()) {
-            Ok(m) => drop(std::hint::black_box(m)),
-            Err(e) => err = Some(e),
-        }
-    });
+    let (fill, init_s) = Bracket::around(
+        || fresh_write_gbps(n, reps.max(3)),
+        || {
+            median_seconds(reps, || {
+                match build::<half::f16>(&cfg, 0, Strategy::ChunkedDirect, &mut ()) {
+                    Ok(m) => drop(std::hint::black_box(m)),
+                    Err(e) => err = Some(e),
+                }
+            })
+        },
+    );
     if let Some(e) = err {
         return Err(e.into());
     }
@@ -1125,8 +1282,8 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
     let init = bytes / init_s / 1e9;
     Ok(vec![
         fig("init_chunked_gbps", init, "GB/s"),
-        fig("fresh_write_gbps", fill, "GB/s"),
-        fig("init_chunked_vs_fresh_write", init / fill, "ratio"),
+        Figure::bracketed("fresh_write_gbps", fill, "GB/s"),
+        fig("init_chunked_vs_fresh_write", init / fill.limit(), "ratio"),
         fig("init_chunked_16x1024x4096_ms", init_s * 1e3, "ms"),
         fig("counter_rng_gelems", rng_rate, "Gelem/s"),
     ])
@@ -1199,14 +1356,14 @@ const CNF_BENCH_BATCH: usize = 500;
 /// update — for width 64, depth 3, one block, batch 500, 2-D two-moons), the forward
 /// log-likelihood of the same batch, and the limit: the step's matrix-product flops divided by
 /// the f64 rate of one chunk's `384 x 64 x 64` layer product run on every core at once,
-/// measured in the same run (the step cuts the batch into chunks of at most
+/// read just before and just after the step and the log-likelihood ([`Bracket`]; the step cuts the batch into chunks of at most
 /// [`crate::cnf::flow::GRAD_CHUNK`] samples, one core each). The product is timed through
 /// [`crate::backend::gemm_into`], the step's own entry point, so the limit's rate is that of the
 /// fastest kernel the step has for it: on AVX-512 CPUs the register-tiled outer products
 /// (58 GFLOP/s a core in f64 on the benchmark machine, against `gemm` 0.15's 37), elsewhere
 /// `gemm`'s. The step's products are counted as the code computes them ([`cnf_product_macs`]).
 /// The same step trained in f32 (`train_step_w64_d3_b500_f32_ms`) has its own limit:
-/// the same flops at the f32 rate of the same product, measured in the same run.
+/// the same flops at the f32 rate of the same product, read on both sides of that step.
 fn cnf(quick: bool) -> Result<Vec<Figure>> {
     use crate::cnf::data::Dataset;
     use crate::cnf::train::{TrainConfig, Trainer};
@@ -1217,24 +1374,35 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
     };
     let reps = if quick { 2 } else { 7 };
     let gemm_reps = if quick { 50 } else { 400 };
-    let step_s = cnf_train_step_seconds::<f64>(cfg, tc, reps)?;
-    let step32_s = cnf_train_step_seconds::<f32>(cfg, tc, reps)?;
     let trainer = Trainer::new(cfg, tc, Dataset::TwoMoons)?;
     let params = trainer.params_of(&trainer.init()?)?;
     let mut batch = vec![0.0; tc.batch * 2];
     trainer.batch_of(0, &mut batch);
-    let fwd_s = median_seconds(reps, || {
-        let _ = crate::cnf::flow::log_likelihood(&params, &batch, None);
-    });
-    let gflops = cnf_chunk_gemm_gflops::<f64>(&cfg, gemm_reps);
-    let gflops32 = cnf_chunk_gemm_gflops::<f32>(&cfg, gemm_reps);
+    // each dtype's limit rate read on both sides of the figures it bounds
+    let (gemm64, timed) = Bracket::around(
+        || cnf_chunk_gemm_gflops::<f64>(&cfg, gemm_reps),
+        || -> Result<(f64, f64)> {
+            let step_s = cnf_train_step_seconds::<f64>(cfg, tc, reps)?;
+            let fwd_s = median_seconds(reps, || {
+                let _ = crate::cnf::flow::log_likelihood(&params, &batch, None);
+            });
+            Ok((step_s, fwd_s))
+        },
+    );
+    let (step_s, fwd_s) = timed?;
+    let (gemm32, step32_s) = Bracket::around(
+        || cnf_chunk_gemm_gflops::<f32>(&cfg, gemm_reps),
+        || cnf_train_step_seconds::<f32>(cfg, tc, reps),
+    );
+    let step32_s = step32_s?;
+    let (gflops, gflops32) = (gemm64.limit(), gemm32.limit());
     let step_flops = 2.0 * cnf_product_macs(&cfg, tc.batch).1;
     let ideal_ms = step_flops / (gflops * 1e9) * 1e3;
     let ideal32_ms = step_flops / (gflops32 * 1e9) * 1e3;
     Ok(vec![
         fig("train_step_w64_d3_b500_ms", step_s * 1e3, "ms"),
         fig("cnf_loglik_b500_ms", fwd_s * 1e3, "ms"),
-        fig("gemm_f64_384x64x64_all_cores_gflops", gflops, "GFLOP/s"),
+        Figure::bracketed("gemm_f64_384x64x64_all_cores_gflops", gemm64, "GFLOP/s"),
         fig("cnf_train_step_gemm_bound_ms", ideal_ms, "ms"),
         fig(
             "train_step_vs_gemm_bound",
@@ -1242,7 +1410,7 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
             "ratio",
         ),
         fig("train_step_w64_d3_b500_f32_ms", step32_s * 1e3, "ms"),
-        fig("gemm_f32_384x64x64_all_cores_gflops", gflops32, "GFLOP/s"),
+        Figure::bracketed("gemm_f32_384x64x64_all_cores_gflops", gemm32, "GFLOP/s"),
         fig("cnf_train_step_f32_gemm_bound_ms", ideal32_ms, "ms"),
         fig(
             "train_step_f32_vs_gemm_bound",
@@ -1458,6 +1626,83 @@ mod tests {
             why.starts_with("BROKEN LIMIT: the figure reaches 1.333"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn a_limit_read_slow_on_one_side_of_its_figure_takes_the_faster_side_and_says_so() {
+        // the host in its slow state while the limit is first read, in its fast state after:
+        // the f32 CNF step of 36 ms against the slow reading alone (bound 34.0 ms at 160
+        // GFLOP/s) would read 0.944 of it; against the faster reading it reads 0.756
+        let flops = 2.0 * cnf_product_macs(&cnf_bench_config(), CNF_BENCH_BATCH).1;
+        let mut readings = vec![202.0, 160.0];
+        let (gemm, step_ms) = Bracket::around(|| readings.pop().unwrap(), || 36.0);
+        let bound = |gflops: f64| flops / (gflops * 1e9) * 1e3;
+        let mut f = vec![
+            Figure::bracketed("gemm_f32_384x64x64_all_cores_gflops", gemm, "GFLOP/s"),
+            fig(
+                "cnf_train_step_f32_gemm_bound_ms",
+                bound(gemm.limit()),
+                "ms",
+            ),
+            fig("train_step_w64_d3_b500_f32_ms", step_ms, "ms"),
+            fig(
+                "train_step_f32_vs_gemm_bound",
+                bound(gemm.limit()) / step_ms,
+                "ratio",
+            ),
+        ];
+        attach_limits(&mut f);
+        assert_eq!(f[0].value, 202.0);
+        let ratio = f[2].ratio.unwrap();
+        assert!((ratio - bound(202.0) / 36.0).abs() < 1e-12, "{ratio}");
+        assert!(ratio < bound(160.0) / 36.0);
+        for g in &f[2..] {
+            let why = g.limit_source.as_deref().unwrap();
+            assert!(
+                why.contains(
+                    "HOST CHANGED SPEED: gemm_f32_384x64x64_all_cores_gflops read 160.0 before \
+                     this figure and 202.0 after (1.26x)"
+                ),
+                "{}: {why}",
+                g.name
+            );
+        }
+        // the limit figure itself carries both readings in its JSON
+        let v = serde_json::to_value(&f[0]).unwrap();
+        assert_eq!(
+            v["bracket"],
+            serde_json::json!({"before": 160.0, "after": 202.0})
+        );
+        // readings within HOST_DRIFT_RATIO of each other: no note
+        let steady = Bracket {
+            before: 200.0,
+            after: 202.0,
+        };
+        let mut g = vec![
+            Figure::bracketed("gemm_f32_384x64x64_all_cores_gflops", steady, "GFLOP/s"),
+            fig("cnf_train_step_f32_gemm_bound_ms", bound(202.0), "ms"),
+            fig("train_step_w64_d3_b500_f32_ms", step_ms, "ms"),
+        ];
+        attach_limits(&mut g);
+        assert!(!g[2].limit_source.as_deref().unwrap().contains("HOST"));
+    }
+
+    #[test]
+    fn every_limit_named_in_limits_of_is_a_limit_figure() {
+        for (figure, of) in LIMITS_OF {
+            assert!(!of.is_empty(), "{figure}");
+            for l in of {
+                let mut f = [fig(l, 1.0, "GB/s")];
+                attach_limits(&mut f);
+                let why = f[0].limit_source.as_deref().unwrap();
+                assert!(why.starts_with("is the limit"), "{figure}: {l}: {why}");
+            }
+        }
+        // a reading that is not a positive number is never steady
+        let b = |before, after| Bracket { before, after }.drift();
+        assert_eq!(b(0.0, 10.0), f64::INFINITY);
+        assert_eq!(b(f64::NAN, 10.0), f64::INFINITY);
+        assert_eq!(b(10.0, 10.0), 1.0);
     }
 
     #[test]

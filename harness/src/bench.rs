@@ -1355,7 +1355,7 @@ const CNF_BENCH_BATCH: usize = 500;
 /// gradient through 10 constant Tsit5 steps with the exact trace and the full tape, AdamW
 /// update — for width 64, depth 3, one block, batch 500, 2-D two-moons), the forward
 /// log-likelihood of the same batch, and the limit: the step's matrix-product flops divided by
-/// the f64 rate of one chunk's `384 x 64 x 64` layer product run on every core at once,
+/// the f64 rate of a `384 x 64 x 64` layer product ([`CNF_LIMIT_SAMPLES`]) run on every core at once,
 /// read just before and just after the step and the log-likelihood ([`Bracket`]; the step cuts the batch into chunks of at most
 /// [`crate::cnf::flow::GRAD_CHUNK`] samples, one core each). The product is timed through
 /// [`crate::backend::gemm_into`], the step's own entry point, so the limit's rate is that of the
@@ -1444,8 +1444,15 @@ fn cnf_train_step_seconds<A: crate::backend::Real>(
     }
 }
 
+/// Samples whose stacked rows set the CNF limit's product shape: `(1 + d) 128` rows, `384 x 64 x
+/// 64` for the benchmark's field (the shape in the names `gemm_*_384x64x64_all_cores_gflops`).
+/// The step's chunks hold at most [`crate::cnf::flow::GRAD_CHUNK`] = 84 samples (252 rows); the
+/// product kernel runs both shapes at the same rate (ten `bench cnf` runs each: 252 rows
+/// 112.8-113.6 GFLOP/s in f64 and 223.9-225.4 in f32, 384 rows 113.0-113.4 and 224.4-225.4).
+pub const CNF_LIMIT_SAMPLES: usize = 128;
+
 /// The gemm rate in `A` (f32 or f64; GFLOP/s, all threads together) of one CNF chunk's
-/// dominant product, `(1 + d) GRAD_CHUNK x width x width` for the field of `cfg`, with every
+/// dominant product, `(1 + d) CNF_LIMIT_SAMPLES x width x width` for the field of `cfg`, with every
 /// rayon thread running `reps` products of its own at once, as the chunks of a step do: the best
 /// of 5 rounds after a warm-up round (a limit is the best the machine does in the run; with the
 /// median of 3, one run's rate read 157 GFLOP/s in f32 against 222-224 in the runs beside it,
@@ -1463,7 +1470,7 @@ pub fn cnf_chunk_gemm_gflops<A: crate::backend::Real>(
 ) -> f64 {
     use crate::backend::{gemm_into, Operand};
     let (m, k, n) = (
-        (1 + cfg.tangents()) * crate::cnf::flow::GRAD_CHUNK,
+        (1 + cfg.tangents()) * CNF_LIMIT_SAMPLES,
         cfg.width,
         cfg.width,
     );

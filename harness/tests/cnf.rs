@@ -265,7 +265,7 @@ fn density_grid_uses_the_exact_trace_and_holds_unit_mass() {
 fn a_sample_that_overflows_in_a_later_chunk_is_reported_at_its_batch_index() {
     // A linear block f(z) = 0.5 * 1e10 z (W1 = 1e10 I, sigmoid(0) = 0.5): a zero point stays
     // exactly zero, any other point overflows f64 within the ten constant steps. d = 3, and
-    // 131 points are two chunks of GRAD_CHUNK = 128 and 3; only the last point is non-zero.
+    // GRAD_CHUNK + 3 points are two chunks; only the last point is non-zero.
     let d = 3;
     let mut w1 = vec![0.0; d * d];
     for i in 0..d {

@@ -497,7 +497,7 @@ fn cnf(plan: &Plan) -> Result<ScalingKernel> {
         &format!(
             "f64 chunk gemm, {}x64x64 on every thread ({gflops:.1} GFLOP/s): the forward \
              solve's product flops",
-            (1 + cfg.tangents()) * crate::cnf::flow::GRAD_CHUNK
+            (1 + cfg.tangents()) * super::CNF_LIMIT_SAMPLES
         ),
     ))
 }

@@ -244,7 +244,7 @@ impl<A: Real> Sbc<A> {
 /// `P = H W1^T` as [`lane_dot_rows`] (each element one dot product of `H`'s row with a row of
 /// `W1`, in the lane order) instead of a general product, which runs a two-column output through
 /// mostly empty register tiles. For `384 x 2 x 64` (a chunk of 128 samples with
-/// the exact trace in 2-D), 7.7 against 3.0 us in f32 and 8.0 against 5.3 us in f64, on one core
+/// the exact trace in 2-D, the chunk size of the time), 7.7 against 3.0 us in f32 and 8.0 against 5.3 us in f64, on one core
 /// of the benchmark machine (AVX-512).
 pub const NARROW_OUT: usize = 4;
 

@@ -547,9 +547,9 @@ pub fn attach_limits(figures: &mut [Figure]) {
             if let Some((_, b)) = drifted {
                 let source = f.limit_source.get_or_insert_with(String::new);
                 source.push_str(&format!(
-                    "; HOST CHANGED SPEED: {limit} read {:.1} before this figure and {:.1} after \
-                     ({:.2}x); the faster is the limit, so the figure may have run in the slower \
-                     state and its ratio read low",
+                    "; LIMIT MOVED: {limit} read {:.1} before this figure and {:.1} after \
+                     ({:.2}x); the faster is the limit, so if the figure ran at the slower speed \
+                     its ratio reads low",
                     b.before,
                     b.after,
                     b.drift()
@@ -1667,7 +1667,7 @@ mod tests {
             let why = g.limit_source.as_deref().unwrap();
             assert!(
                 why.contains(
-                    "HOST CHANGED SPEED: gemm_f32_384x64x64_all_cores_gflops read 160.0 before \
+                    "LIMIT MOVED: gemm_f32_384x64x64_all_cores_gflops read 160.0 before \
                      this figure and 202.0 after (1.26x)"
                 ),
                 "{}: {why}",
@@ -1691,7 +1691,7 @@ mod tests {
             fig("train_step_w64_d3_b500_f32_ms", step_ms, "ms"),
         ];
         attach_limits(&mut g);
-        assert!(!g[2].limit_source.as_deref().unwrap().contains("HOST"));
+        assert!(!g[2].limit_source.as_deref().unwrap().contains("MOVED"));
     }
 
     #[test]

@@ -299,7 +299,7 @@ fn a_sample_that_overflows_in_a_later_chunk_is_reported_at_its_batch_index() {
 
 #[test]
 fn loss_and_grad_is_bitwise_identical_on_one_and_two_threads() {
-    // 300 samples: three chunks of the parallel split (128, 128, 44)
+    // 300 samples: four chunks of the parallel split (75 each)
     let c = VjpCase {
         model: small_model(),
         tiles: 2,

@@ -495,7 +495,7 @@ fn cnf(plan: &Plan) -> Result<ScalingKernel> {
         "batch (points)",
         measured,
         &format!(
-            "f64 chunk gemm, {}x64x64 on every thread ({gflops:.1} GFLOP/s): the forward \
+            "f64 layer gemm, {}x64x64 on every thread ({gflops:.1} GFLOP/s): the forward \
              solve's product flops",
             (1 + cfg.tangents()) * super::CNF_LIMIT_SAMPLES
         ),

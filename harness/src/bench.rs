@@ -73,6 +73,13 @@ pub struct Figure {
     /// the faster, [`Bracket::limit`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bracket: Option<Bracket>,
+    /// The figures this one's limit (or, for a ratio, its denominator) was computed from, named
+    /// by the code that computed it: an area for the figures it derives from its own limit
+    /// ([`Figure::limited_by`]), [`attach_limits`] for the limits it attaches. A limit made
+    /// from another derived figure is followed through it when [`attach_limits`] looks for a
+    /// [`Bracket`] that moved.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limited_by: Vec<String>,
 }
 
 /// A limit's rate read just before and just after the figure it bounds, in the limit's unit.
@@ -141,40 +148,6 @@ impl Bracket {
 /// agree within 1-2% on the benchmark host; its two states differ by 10-20%.
 pub const HOST_DRIFT_RATIO: f64 = 1.05;
 
-/// Which limit figures each figure's limit (or, for a ratio figure, its denominator) is made of.
-pub const LIMITS_OF: [(&str, &[&str]); 12] = [
-    ("ns5_1024_ms", &["gemm_1024_gflops"]),
-    ("ns5_1024_15_gemms_ms", &["gemm_1024_gflops"]),
-    ("ns5_1024_vs_15_gemms", &["gemm_1024_gflops"]),
-    (
-        "linesearch_rosenbrock_65536_ms",
-        &["cache_stream_65536_gbps", "f32_flops_gflops"],
-    ),
-    ("init_chunked_gbps", &["fresh_write_gbps"]),
-    ("init_chunked_16x1024x4096_ms", &["fresh_write_gbps"]),
-    ("init_chunked_vs_fresh_write", &["fresh_write_gbps"]),
-    (
-        "train_step_w64_d3_b500_ms",
-        &["gemm_f64_384x64x64_all_cores_gflops"],
-    ),
-    (
-        "train_step_vs_gemm_bound",
-        &["gemm_f64_384x64x64_all_cores_gflops"],
-    ),
-    (
-        "cnf_loglik_b500_ms",
-        &["gemm_f64_384x64x64_all_cores_gflops"],
-    ),
-    (
-        "train_step_w64_d3_b500_f32_ms",
-        &["gemm_f32_384x64x64_all_cores_gflops"],
-    ),
-    (
-        "train_step_f32_vs_gemm_bound",
-        &["gemm_f32_384x64x64_all_cores_gflops"],
-    ),
-];
-
 impl Figure {
     /// A figure with only its name, value and unit (what `bench AREA` reports).
     pub fn new(name: &str, value: f64, unit: &str) -> Figure {
@@ -188,6 +161,19 @@ impl Figure {
             bracket: Some(bracket),
             ..fig(name, bracket.limit(), unit)
         }
+    }
+
+    /// This figure with the names of the figures its value was computed from as a limit (a
+    /// bound in time derived from a measured rate, or a ratio to such a bound).
+    ///
+    /// ```
+    /// use harness::bench::Figure;
+    /// let f = Figure::new("ns5_1024_vs_15_gemms", 0.74, "ratio").limited_by(&["gemm_1024_gflops"]);
+    /// assert_eq!(f.limited_by, ["gemm_1024_gflops"]);
+    /// ```
+    pub fn limited_by(mut self, limits: &[&str]) -> Figure {
+        self.limited_by = limits.iter().map(|l| l.to_string()).collect();
+        self
     }
 }
 
@@ -205,6 +191,7 @@ fn fig(name: &str, value: f64, unit: &str) -> Figure {
         ratio_to_upstream: None,
         upstream_note: None,
         bracket: None,
+        limited_by: Vec::new(),
     }
 }
 
@@ -341,33 +328,31 @@ pub fn ns5_flops(n: usize) -> f64 {
 /// cases `limit_source`, the words saying what the limit is. A figure whose limit was not
 /// measured in this run (an area left out) keeps `limit` and `ratio` empty. A figure whose limit
 /// was read on both sides of it ([`Bracket`]) with readings more than [`HOST_DRIFT_RATIO`] apart
-/// gets both readings in `limit_source` ([`LIMITS_OF`] names each figure's limits).
+/// gets both readings in `limit_source`, and so does every figure computed from it, directly or
+/// through another derived figure ([`Figure::limited_by`]).
 pub fn attach_limits(figures: &mut [Figure]) {
-    let brackets: Vec<(String, Bracket)> = figures
-        .iter()
-        .filter_map(|f| f.bracket.map(|b| (f.name.clone(), b)))
-        .collect();
-    let get = |name: &str| figures.iter().find(|f| f.name == name).map(|f| f.value);
-    let cache_stream = get("cache_stream_65536_gbps");
-    let flops = get("f32_flops_gflops");
-    let adam_arrays = get("adam_arrays_4r3w_gbps");
-    let radam_arrays = get("radam_arrays_4r3w_gbps");
-    let fresh = get("fresh_write_gbps");
-    let gemm = get("gemm_1024_gflops");
+    let values: Vec<(String, f64)> = figures.iter().map(|f| (f.name.clone(), f.value)).collect();
+    let get = |name: &str| values.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
     let ls_evals = get("linesearch_rosenbrock_65536_evals");
     let ode_steps = get("ode_lv_tsit5_1e-8_steps");
     let rng = get("counter_rng_gelems");
-    let cnf_bound = get("cnf_train_step_gemm_bound_ms");
-    let cnf_bound32 = get("cnf_train_step_f32_gemm_bound_ms");
-    let rate = |f: &mut Figure, limit: Option<f64>, source: &str| {
-        if let Some(l) = limit.filter(|l| *l > 0.0) {
+    // a limit made from the values of the figures `names` (None when one is not in this run);
+    // the figure it is attached to records the names, so the figures it depends on are named
+    // once, where they are read
+    let made_of = |f: &mut Figure, names: &[&str], make: &dyn Fn(&[f64]) -> f64| {
+        f.limited_by = names.iter().map(|n| n.to_string()).collect();
+        let found: Option<Vec<f64>> = names.iter().map(|n| get(n)).collect();
+        found.map(|v| make(&v)).filter(|l| *l > 0.0)
+    };
+    let rate = |f: &mut Figure, limit: &str, source: &str| {
+        if let Some(l) = made_of(f, &[limit], &|v| v[0]) {
             f.limit = Some(l);
             f.ratio = Some(f.value / l);
         }
         f.limit_source = Some(source.into());
     };
-    let time = |f: &mut Figure, ideal: Option<f64>, source: String| {
-        if let Some(l) = ideal.filter(|l| *l > 0.0) {
+    let time = |f: &mut Figure, names: &[&str], ideal: &dyn Fn(&[f64]) -> f64, source: String| {
+        if let Some(l) = made_of(f, names, ideal) {
             f.limit = Some(l);
             f.ratio = Some(l / f.value);
         }
@@ -390,13 +375,13 @@ pub fn attach_limits(figures: &mut [Figure]) {
             }
             "adam_fused_16m_gbps" => rate(
                 f,
-                adam_arrays,
+                "adam_arrays_4r3w_gbps",
                 "adam_arrays_4r3w_gbps: the step's own traffic over its own arrays (28 B/param: \
                  read g,p,m,v; write p,m,v)",
             ),
             "radam_fused_16m_gbps" => rate(
                 f,
-                radam_arrays,
+                "radam_arrays_4r3w_gbps",
                 "radam_arrays_4r3w_gbps: the step's own traffic over its own arrays (28 B/param: \
                  read g,p,m,v; write p,m,v)",
             ),
@@ -409,7 +394,7 @@ pub fn attach_limits(figures: &mut [Figure]) {
             }
             "init_chunked_gbps" => rate(
                 f,
-                fresh,
+                "fresh_write_gbps",
                 &format!(
                     "fresh_write_gbps: the model's bytes written once to new memory{}",
                     rng.map_or(String::new(), |r| format!(
@@ -425,7 +410,8 @@ pub fn attach_limits(figures: &mut [Figure]) {
             }
             "ns5_1024_ms" => time(
                 f,
-                gemm.map(|g| ns5_flops(MUON_N) / (g * 1e9) * 1e3),
+                &["gemm_1024_gflops"],
+                &|g| ns5_flops(MUON_N) / (g[0] * 1e9) * 1e3,
                 format!(
                     "gemm rate: {:.3e} flops computed (symmetric products over their upper \
                      tiles) / gemm_1024_gflops",
@@ -434,10 +420,12 @@ pub fn attach_limits(figures: &mut [Figure]) {
             ),
             "linesearch_rosenbrock_65536_ms" => time(
                 f,
-                cache_stream
-                    .zip(flops)
-                    .zip(ls_evals)
-                    .map(|((c, fl), e)| linesearch_limit_seconds(LINESEARCH_DIM, e, c, fl) * 1e3),
+                &["cache_stream_65536_gbps", "f32_flops_gflops"],
+                &|v| {
+                    ls_evals.map_or(f64::NAN, |e| {
+                        linesearch_limit_seconds(LINESEARCH_DIM, e, v[0], v[1]) * 1e3
+                    })
+                },
                 "each pass of the step (LINESEARCH_PASSES, and one per evaluation) at the slower \
                  of its bytes at cache_stream_65536_gbps and its flops at f32_flops_gflops"
                     .into(),
@@ -462,25 +450,28 @@ pub fn attach_limits(figures: &mut [Figure]) {
             }
             "init_chunked_16x1024x4096_ms" => time(
                 f,
-                fresh.map(|c| {
+                &["fresh_write_gbps"],
+                &|c| {
                     let bytes = stack_bench_config().map_or(0, |c| c.final_bytes());
-                    bytes as f64 / (c * 1e9) * 1e3
-                }),
+                    bytes as f64 / (c[0] * 1e9) * 1e3
+                },
                 "fresh_write_gbps: the f16 model's bytes written once to new memory".into(),
             ),
             "train_step_w64_d3_b500_ms" => time(
                 f,
-                cnf_bound,
+                &["cnf_train_step_gemm_bound_ms"],
+                &|b| b[0],
                 "f64 gemm rate: the step's product flops (bench::cnf_product_macs) / \
                  gemm_f64_384x64x64_all_cores_gflops (= cnf_train_step_gemm_bound_ms)"
                     .into(),
             ),
             "cnf_loglik_b500_ms" => time(
                 f,
-                cnf_bound.map(|b| {
+                &["cnf_train_step_gemm_bound_ms"],
+                &|b| {
                     let (solve, step) = cnf_product_macs(&cnf_bench_config(), CNF_BENCH_BATCH);
-                    b * solve / step
-                }),
+                    b[0] * solve / step
+                },
                 "f64 gemm rate: one forward solve's product flops / \
                  gemm_f64_384x64x64_all_cores_gflops"
                     .into(),
@@ -497,7 +488,8 @@ pub fn attach_limits(figures: &mut [Figure]) {
             }
             "train_step_w64_d3_b500_f32_ms" => time(
                 f,
-                cnf_bound32,
+                &["cnf_train_step_f32_gemm_bound_ms"],
+                &|b| b[0],
                 "f32 gemm rate: the step's product flops (bench::cnf_product_macs) / \
                  gemm_f32_384x64x64_all_cores_gflops (= cnf_train_step_f32_gemm_bound_ms)"
                     .into(),
@@ -539,15 +531,29 @@ pub fn attach_limits(figures: &mut [Figure]) {
                 f.limit_source.take().unwrap_or_default()
             ));
         }
-        let limits = LIMITS_OF.iter().find(|(n, _)| *n == f.name);
-        for limit in limits.map_or(&[][..], |(_, l)| *l) {
-            let drifted = brackets
-                .iter()
-                .find(|(n, b)| n == limit && b.drift() > HOST_DRIFT_RATIO);
-            if let Some((_, b)) = drifted {
+    }
+    // every bracketed limit a figure was computed from, followed through the derived figures
+    // between (a step's bound in ms is made from a gemm rate)
+    let made_from: Vec<(String, Vec<String>, Option<Bracket>)> = figures
+        .iter()
+        .map(|f| (f.name.clone(), f.limited_by.clone(), f.bracket))
+        .collect();
+    for f in figures.iter_mut() {
+        let mut seen: Vec<&str> = Vec::new();
+        let mut todo: Vec<&str> = f.limited_by.iter().map(String::as_str).collect();
+        while let Some(name) = todo.pop() {
+            if seen.contains(&name) {
+                continue;
+            }
+            seen.push(name);
+            let Some((_, deps, bracket)) = made_from.iter().find(|(n, _, _)| n == name) else {
+                continue;
+            };
+            todo.extend(deps.iter().rev().map(String::as_str));
+            if let Some(b) = bracket.filter(|b| b.drift() > HOST_DRIFT_RATIO) {
                 let source = f.limit_source.get_or_insert_with(String::new);
                 source.push_str(&format!(
-                    "; LIMIT MOVED: {limit} read {:.1} before this figure and {:.1} after \
+                    "; LIMIT MOVED: {name} read {:.1} before this figure and {:.1} after \
                      ({:.2}x); the faster is the limit, so a figure that ran at the slower speed \
                      is judged against a limit faster than its own moment's",
                     b.before,
@@ -930,19 +936,24 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     );
     let (ls_ms, ls_evals) = ls?;
     let (adam_gbps, radam_gbps) = (bytes / adam_s / 1e9, bytes / radam_s / 1e9);
+    let (copy_name, adam_limit, radam_limit) = (
+        "copy_bandwidth_gbps",
+        "adam_arrays_4r3w_gbps",
+        "radam_arrays_4r3w_gbps",
+    );
     Ok(vec![
-        fig("copy_bandwidth_gbps", copy, "GB/s"),
+        fig(copy_name, copy, "GB/s"),
         fig("stream_4r3w_gbps", stream, "GB/s"),
         Figure::bracketed("cache_stream_65536_gbps", cache_stream, "GB/s"),
         Figure::bracketed("f32_flops_gflops", flops, "GFLOP/s"),
         fig("adam_fused_16m_gbps", adam_gbps, "GB/s"),
         fig("radam_fused_16m_gbps", radam_gbps, "GB/s"),
-        fig("adam_fused_vs_copy", adam_gbps / copy, "ratio"),
-        fig("radam_fused_vs_copy", radam_gbps / copy, "ratio"),
-        fig("adam_arrays_4r3w_gbps", adam_lim, "GB/s"),
-        fig("radam_arrays_4r3w_gbps", radam_lim, "GB/s"),
-        fig("adam_fused_vs_limit", adam_gbps / adam_lim, "ratio"),
-        fig("radam_fused_vs_limit", radam_gbps / radam_lim, "ratio"),
+        fig("adam_fused_vs_copy", adam_gbps / copy, "ratio").limited_by(&[copy_name]),
+        fig("radam_fused_vs_copy", radam_gbps / copy, "ratio").limited_by(&[copy_name]),
+        fig(adam_limit, adam_lim, "GB/s"),
+        fig(radam_limit, radam_lim, "GB/s"),
+        fig("adam_fused_vs_limit", adam_gbps / adam_lim, "ratio").limited_by(&[adam_limit]),
+        fig("radam_fused_vs_limit", radam_gbps / radam_lim, "ratio").limited_by(&[radam_limit]),
         fig(
             "radam_allocs_per_step",
             m.allocations as f64 / steps as f64,
@@ -1216,21 +1227,28 @@ fn muon(quick: bool) -> Result<Vec<Figure>> {
         },
     );
     std::hint::black_box(&out);
-    let gflops = gemm.limit();
-    let gemm_s = 2.0 * (n as f64).powi(3) / (gflops * 1e9);
+    Ok(muon_figures(n, gemm, ns_s))
+}
+
+/// The `muon` area's figures from its measurements: the gemm rate read around the iteration,
+/// and the iteration's median time in seconds for `n x n`.
+fn muon_figures(n: usize, gemm: Bracket, ns_s: f64) -> Vec<Figure> {
+    let rate = "gemm_1024_gflops";
+    let gemm_s = 2.0 * (n as f64).powi(3) / (gemm.limit() * 1e9);
     // a plain iteration is 3 full products; the planned one ~2.06 (the tiles covering the upper
     // triangles of A and (cA)A, 0.53 each at 1024, and B X)
     let full_products_ms = 15.0 * gemm_s * 1e3;
-    Ok(vec![
-        Figure::bracketed("gemm_1024_gflops", gemm, "GFLOP/s"),
+    vec![
+        Figure::bracketed(rate, gemm, "GFLOP/s"),
         fig("ns5_1024_ms", ns_s * 1e3, "ms"),
-        fig("ns5_1024_15_gemms_ms", full_products_ms, "ms"),
+        fig("ns5_1024_15_gemms_ms", full_products_ms, "ms").limited_by(&[rate]),
         fig(
             "ns5_1024_vs_15_gemms",
             ns_s * 1e3 / full_products_ms,
             "ratio",
-        ),
-    ])
+        )
+        .limited_by(&[rate]),
+    ]
 }
 
 /// The stack figure's model: 16 layers of a 1024-4096-1024 block in f16 (256 MiB).
@@ -1279,14 +1297,21 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
         }
     });
     let rng_rate = (rounds as usize * scratch.len()) as f64 / rng_s / 1e9;
+    Ok(stack_figures(bytes, init_s, fill, rng_rate))
+}
+
+/// The `stack` area's figures from its measurements: the model's bytes, the init's median time
+/// in seconds, the fresh-write rate read around it, and the generator's rate in Gelem/s.
+fn stack_figures(bytes: f64, init_s: f64, fill: Bracket, rng_rate: f64) -> Vec<Figure> {
+    let limit = "fresh_write_gbps";
     let init = bytes / init_s / 1e9;
-    Ok(vec![
+    vec![
         fig("init_chunked_gbps", init, "GB/s"),
-        Figure::bracketed("fresh_write_gbps", fill, "GB/s"),
-        fig("init_chunked_vs_fresh_write", init / fill.limit(), "ratio"),
+        Figure::bracketed(limit, fill, "GB/s"),
+        fig("init_chunked_vs_fresh_write", init / fill.limit(), "ratio").limited_by(&[limit]),
         fig("init_chunked_16x1024x4096_ms", init_s * 1e3, "ms"),
         fig("counter_rng_gelems", rng_rate, "Gelem/s"),
-    ])
+    ]
 }
 
 /// Multiply-adds of one CNF field evaluation over `n` samples with `k` tangents (the matrix
@@ -1394,30 +1419,77 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
         || cnf_chunk_gemm_gflops::<f32>(&cfg, gemm_reps),
         || cnf_train_step_seconds::<f32>(cfg, tc, reps),
     );
-    let step32_s = step32_s?;
-    let (gflops, gflops32) = (gemm64.limit(), gemm32.limit());
-    let step_flops = 2.0 * cnf_product_macs(&cfg, tc.batch).1;
-    let ideal_ms = step_flops / (gflops * 1e9) * 1e3;
-    let ideal32_ms = step_flops / (gflops32 * 1e9) * 1e3;
-    Ok(vec![
-        fig("train_step_w64_d3_b500_ms", step_s * 1e3, "ms"),
-        fig("cnf_loglik_b500_ms", fwd_s * 1e3, "ms"),
-        Figure::bracketed("gemm_f64_384x64x64_all_cores_gflops", gemm64, "GFLOP/s"),
-        fig("cnf_train_step_gemm_bound_ms", ideal_ms, "ms"),
-        fig(
-            "train_step_vs_gemm_bound",
-            ideal_ms / (step_s * 1e3),
-            "ratio",
-        ),
-        fig("train_step_w64_d3_b500_f32_ms", step32_s * 1e3, "ms"),
-        Figure::bracketed("gemm_f32_384x64x64_all_cores_gflops", gemm32, "GFLOP/s"),
-        fig("cnf_train_step_f32_gemm_bound_ms", ideal32_ms, "ms"),
-        fig(
-            "train_step_f32_vs_gemm_bound",
-            ideal32_ms / (step32_s * 1e3),
-            "ratio",
-        ),
-    ])
+    let timings = CnfTimings {
+        step_f64_s: step_s,
+        loglik_f64_s: fwd_s,
+        gemm_f64: gemm64,
+        step_f32_s: step32_s?,
+        gemm_f32: gemm32,
+    };
+    Ok(timings.figures(2.0 * cnf_product_macs(&cfg, tc.batch).1))
+}
+
+/// What the `cnf` area measures: each dtype's step time and the gemm rate read around it.
+#[derive(Debug, Clone, Copy)]
+struct CnfTimings {
+    /// One f64 training step, seconds.
+    step_f64_s: f64,
+    /// The f64 log-likelihood of the batch, seconds.
+    loglik_f64_s: f64,
+    /// The f64 layer product's rate, GFLOP/s, read around the f64 step and log-likelihood.
+    gemm_f64: Bracket,
+    /// One f32 training step, seconds.
+    step_f32_s: f64,
+    /// The f32 layer product's rate, GFLOP/s, read around the f32 step.
+    gemm_f32: Bracket,
+}
+
+impl CnfTimings {
+    /// The area's figures, each step bounded by its `step_flops` at its dtype's rate.
+    fn figures(&self, step_flops: f64) -> Vec<Figure> {
+        // each dtype's measured figures, then (the rate, the bound made from it, the ratio made
+        // from the bound)
+        let dtypes = [
+            (
+                vec![
+                    fig("train_step_w64_d3_b500_ms", self.step_f64_s * 1e3, "ms"),
+                    fig("cnf_loglik_b500_ms", self.loglik_f64_s * 1e3, "ms"),
+                ],
+                [
+                    "gemm_f64_384x64x64_all_cores_gflops",
+                    "cnf_train_step_gemm_bound_ms",
+                    "train_step_vs_gemm_bound",
+                ],
+                self.step_f64_s,
+                self.gemm_f64,
+            ),
+            (
+                vec![fig(
+                    "train_step_w64_d3_b500_f32_ms",
+                    self.step_f32_s * 1e3,
+                    "ms",
+                )],
+                [
+                    "gemm_f32_384x64x64_all_cores_gflops",
+                    "cnf_train_step_f32_gemm_bound_ms",
+                    "train_step_f32_vs_gemm_bound",
+                ],
+                self.step_f32_s,
+                self.gemm_f32,
+            ),
+        ];
+        let mut out = Vec::new();
+        for (measured, [rate, bound, ratio], step_s, gemm) in dtypes {
+            let bound_ms = step_flops / (gemm.limit() * 1e9) * 1e3;
+            out.extend(measured);
+            out.extend([
+                Figure::bracketed(rate, gemm, "GFLOP/s"),
+                fig(bound, bound_ms, "ms").limited_by(&[rate]),
+                fig(ratio, bound_ms / (step_s * 1e3), "ratio").limited_by(&[bound]),
+            ]);
+        }
+        out
+    }
 }
 
 /// Seconds of one CNF training step in `A` (f32 or f64) for `cfg` and `tc` on two-moons: one
@@ -1635,82 +1707,148 @@ mod tests {
         );
     }
 
+    /// The `cnf` area's figures for a 40 ms f32 step and an 80 ms f64 step, each dtype's gemm
+    /// rate read as given.
+    fn cnf_figures_with(gemm_f64: Bracket, gemm_f32: Bracket) -> Vec<Figure> {
+        let flops = 2.0 * cnf_product_macs(&cnf_bench_config(), CNF_BENCH_BATCH).1;
+        CnfTimings {
+            step_f64_s: 0.080,
+            loglik_f64_s: 0.030,
+            gemm_f64,
+            step_f32_s: 0.040,
+            gemm_f32,
+        }
+        .figures(flops)
+    }
+
     #[test]
     fn a_limit_read_slow_on_one_side_of_its_figure_takes_the_faster_side_and_says_so() {
-        // the host in its slow state while the limit is first read, in its fast state after:
+        // the host in its slow state while the f32 limit is first read, in its fast state after:
         // the f32 CNF step of 40 ms against the slow reading alone (bound 38.1 ms at 160
         // GFLOP/s) would read 0.95 of it; against the faster reading (30.1 ms at 202) 0.75
         let flops = 2.0 * cnf_product_macs(&cnf_bench_config(), CNF_BENCH_BATCH).1;
-        let mut readings = vec![202.0, 160.0];
-        let (gemm, step_ms) = Bracket::around(|| readings.pop().unwrap(), || 40.0);
         let bound = |gflops: f64| flops / (gflops * 1e9) * 1e3;
-        let mut f = vec![
-            Figure::bracketed("gemm_f32_384x64x64_all_cores_gflops", gemm, "GFLOP/s"),
-            fig(
-                "cnf_train_step_f32_gemm_bound_ms",
-                bound(gemm.limit()),
-                "ms",
-            ),
-            fig("train_step_w64_d3_b500_f32_ms", step_ms, "ms"),
-            fig(
-                "train_step_f32_vs_gemm_bound",
-                bound(gemm.limit()) / step_ms,
-                "ratio",
-            ),
-        ];
+        let mut readings = vec![202.0, 160.0];
+        let (gemm32, _) = Bracket::around(|| readings.pop().unwrap(), || ());
+        let steady = Bracket {
+            before: 112.0,
+            after: 113.0,
+        };
+        let mut f = cnf_figures_with(steady, gemm32);
         attach_limits(&mut f);
-        assert_eq!(f[0].value, 202.0);
-        let ratio = f[2].ratio.unwrap();
+        let by_name = |f: &[Figure], n: &str| f.iter().find(|g| g.name == n).unwrap().clone();
+        assert_eq!(
+            by_name(&f, "gemm_f32_384x64x64_all_cores_gflops").value,
+            202.0
+        );
+        let step = by_name(&f, "train_step_w64_d3_b500_f32_ms");
+        let ratio = step.ratio.unwrap();
         assert!((ratio - bound(202.0) / 40.0).abs() < 1e-12, "{ratio}");
         assert!((0.74..0.76).contains(&ratio), "{ratio}");
         assert!((0.94..0.96).contains(&(bound(160.0) / 40.0)));
-        for g in &f[2..] {
+        assert_eq!(
+            by_name(&f, "train_step_f32_vs_gemm_bound").value,
+            ratio,
+            "the area's ratio figure and the limit attached to the step agree"
+        );
+        let note = "LIMIT MOVED: gemm_f32_384x64x64_all_cores_gflops read 160.0 before this \
+                    figure and 202.0 after (1.26x)";
+        for g in &f {
             let why = g.limit_source.as_deref().unwrap();
-            assert!(
-                why.contains(
-                    "LIMIT MOVED: gemm_f32_384x64x64_all_cores_gflops read 160.0 before \
-                     this figure and 202.0 after (1.26x)"
-                ),
-                "{}: {why}",
-                g.name
-            );
+            // the step, its bound and the ratio made from the bound; not the f64 figures
+            let f32_dependent = g.name.contains("f32") && !g.name.starts_with("gemm_");
+            assert_eq!(why.contains(note), f32_dependent, "{}: {why}", g.name);
+            assert!(!why.contains("MOVED: gemm_f64"), "{}: {why}", g.name);
         }
         // the limit figure itself carries both readings in its JSON
-        let v = serde_json::to_value(&f[0]).unwrap();
+        let v = serde_json::to_value(by_name(&f, "gemm_f32_384x64x64_all_cores_gflops")).unwrap();
         assert_eq!(
             v["bracket"],
             serde_json::json!({"before": 160.0, "after": 202.0})
         );
         // readings within HOST_DRIFT_RATIO of each other: no note
-        let steady = Bracket {
-            before: 200.0,
-            after: 202.0,
-        };
-        let mut g = vec![
-            Figure::bracketed("gemm_f32_384x64x64_all_cores_gflops", steady, "GFLOP/s"),
-            fig("cnf_train_step_f32_gemm_bound_ms", bound(202.0), "ms"),
-            fig("train_step_w64_d3_b500_f32_ms", step_ms, "ms"),
-        ];
+        let mut g = cnf_figures_with(steady, steady);
         attach_limits(&mut g);
-        assert!(!g[2].limit_source.as_deref().unwrap().contains("MOVED"));
-    }
-
-    #[test]
-    fn every_limit_named_in_limits_of_is_a_limit_figure() {
-        for (figure, of) in LIMITS_OF {
-            assert!(!of.is_empty(), "{figure}");
-            for l in of {
-                let mut f = [fig(l, 1.0, "GB/s")];
-                attach_limits(&mut f);
-                let why = f[0].limit_source.as_deref().unwrap();
-                assert!(why.starts_with("is the limit"), "{figure}: {l}: {why}");
-            }
-        }
+        assert!(g
+            .iter()
+            .all(|f| !f.limit_source.as_deref().unwrap().contains("MOVED")));
         // a reading that is not a positive number is never steady
         let b = |before, after| Bracket { before, after }.drift();
         assert_eq!(b(0.0, 10.0), f64::INFINITY);
         assert_eq!(b(f64::NAN, 10.0), f64::INFINITY);
         assert_eq!(b(10.0, 10.0), 1.0);
+    }
+
+    /// Every bracketed limit of `bench all`, with its name, as the areas' figure builders make
+    /// them (the line search's, whose limit [`attach_limits`] computes, by hand) from `readings`.
+    fn every_area_with(readings: [Bracket; 6]) -> Vec<Figure> {
+        let [gemm_1024, fresh, gemm_f64, gemm_f32, cache, flops] = readings;
+        let bytes = stack_bench_config().unwrap().final_bytes() as f64;
+        let mut f = muon_figures(MUON_N, gemm_1024, 0.170);
+        f.extend(stack_figures(bytes, 0.090, fresh, 0.3));
+        f.extend(cnf_figures_with(gemm_f64, gemm_f32));
+        f.extend([
+            Figure::bracketed("cache_stream_65536_gbps", cache, "GB/s"),
+            Figure::bracketed("f32_flops_gflops", flops, "GFLOP/s"),
+            fig("linesearch_rosenbrock_65536_ms", 0.13, "ms"),
+            fig("linesearch_rosenbrock_65536_evals", 16.0, "evaluations"),
+        ]);
+        attach_limits(&mut f);
+        f
+    }
+
+    #[test]
+    fn every_figure_that_moves_with_a_bracketed_limit_names_it_and_no_other() {
+        // each limit in turn read 30% faster after its figure than before: the figures whose
+        // value, limit or ratio change are exactly those whose note names that limit (the
+        // names a figure was computed from are written where it is computed, so a figure
+        // that forgot one, or named one it does not use, fails here)
+        let steady = |v: f64| Bracket {
+            before: v,
+            after: v,
+        };
+        let base = [
+            steady(140.0),
+            steady(3.8),
+            steady(113.0),
+            steady(224.0),
+            steady(200.0),
+            steady(195.0),
+        ];
+        let before = every_area_with(base);
+        let bits = |f: &Figure| {
+            (
+                f.value.to_bits(),
+                f.limit.map(f64::to_bits),
+                f.ratio.map(f64::to_bits),
+            )
+        };
+        let mut moved_any = 0;
+        for k in 0..base.len() {
+            let mut readings = base;
+            readings[k].after *= 1.3;
+            let after = every_area_with(readings);
+            let limit = &after
+                .iter()
+                .filter(|f| f.bracket.is_some())
+                .nth(k)
+                .unwrap()
+                .name;
+            for (b, a) in before.iter().zip(&after) {
+                assert_eq!(b.name, a.name);
+                if &a.name == limit {
+                    continue;
+                }
+                let changed = bits(b) != bits(a);
+                let why = a.limit_source.as_deref().unwrap_or_default();
+                let noted = why.contains(&format!("LIMIT MOVED: {limit} read"));
+                assert_eq!(changed, noted, "{limit} moved: {}: {why}", a.name);
+                moved_any += changed as usize;
+            }
+        }
+        // the muon ratio and comparison, the init's ratio and time, two CNF steps with their
+        // bounds and ratios, the log-likelihood, the line search
+        assert!(moved_any >= 13, "{moved_any}");
     }
 
     #[test]

@@ -350,9 +350,9 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
     let largest = 1usize << plan.params_log2.iter().copied().max().unwrap_or(10);
     let mut timed = Vec::new();
     // each kernel's limit: the 4-read 3-write pass over its own arrays at the largest size,
-    // before and after its timing, the faster counting ([`super::own_arrays_pass`]; where an
-    // array lands changes how fast it streams on the shared host, and the host's memory moves
-    // between states within a run)
+    // before and after its timing, the faster counting ([`super::Bracket`],
+    // [`super::own_arrays_pass`]; where an array lands changes how fast it streams on the shared
+    // host, and the host's memory moves between states within a run)
     let mut streams = Vec::new();
     for rectified in [false, true] {
         if rectified {
@@ -383,9 +383,7 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
                 });
                 (super::FUSED_BYTES_PER_PARAM * n) as f64 / secs / 1e9
             };
-            if n == largest {
-                stream = stream.max(own_stream(&mut p, &mut opt));
-            }
+            let before = (n == largest).then(|| own_stream(&mut p, &mut opt));
             let mut err = None;
             let secs = median_per_call(plan.reps, plan.min_sample, || {
                 if let Err(e) = opt.step(&mut p, &g) {
@@ -395,8 +393,9 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
             if let Some(e) = err {
                 return Err(e.into());
             }
-            if n == largest {
-                stream = stream.max(own_stream(&mut p, &mut opt));
+            if let Some(before) = before {
+                let after = own_stream(&mut p, &mut opt);
+                stream = super::Bracket { before, after }.limit();
             }
             measured.push((n, secs));
         }

@@ -347,16 +347,16 @@ fn transpose_e<A: Real, S: PlannedNs>(case: &MatCase, subject: &S) -> Result<(),
     let eps = A::of_f64(1e-8);
     let run = |data: &[A], rr: usize, cc: usize| {
         let mut out = vec![A::default(); data.len()];
-        let k = subject.run(
-            rr,
-            cc,
-            newton_schulz::SYM_BLOCK,
-            data,
-            &c,
+        let problem = NsProblem {
+            rows: rr,
+            cols: cc,
+            sym_block: newton_schulz::SYM_BLOCK,
+            x: data,
+            coeffs: &c,
             steps,
             eps,
-            &mut out,
-        );
+        };
+        let k = subject.run(&problem, &mut out);
         (out, k)
     };
     let (o, k1) = run(&x, r, cl);
@@ -401,44 +401,57 @@ pub fn planned_matches_composed(case: &MatCase) -> Result<(), String> {
     planned_matches_composed_with(case, &Planned)
 }
 
-/// A planned Newton–Schulz under test: orthogonalise the `rows x cols` matrix `x` into `out`
-/// with `steps` iterations of `coeffs` (already rounded to `A`'s precision), diagonal blocks of `sym_block` for the
-/// symmetric products; returns the iterations run.
+/// One orthogonalisation a [`PlannedNs`] subject is asked for: the row-major `rows x cols`
+/// matrix `x`, `steps` iterations of `coeffs` (already rounded to `A`'s precision), the
+/// normaliser `eps` (`X_0 = x / (||x||_F + eps)`), and diagonal blocks of `sym_block` for the
+/// symmetric products (a subject without blocks ignores it).
+#[derive(Debug, Clone, Copy)]
+pub struct NsProblem<'a, A> {
+    /// Rows of `x`.
+    pub rows: usize,
+    /// Columns of `x`.
+    pub cols: usize,
+    /// Diagonal block size of the symmetric products.
+    pub sym_block: usize,
+    /// The input, `rows * cols` values, row-major.
+    pub x: &'a [A],
+    /// `[a, b, c]` per iteration (a `3` or `steps x 3` array).
+    pub coeffs: &'a Array<f64>,
+    /// Iterations.
+    pub steps: usize,
+    /// The normaliser's guard.
+    pub eps: A,
+}
+
+/// A planned Newton–Schulz under test: the laws `*_with(case, subject)` of this module build an
+/// [`NsProblem`] per case and judge what the subject writes.
+///
+/// # Example
+/// A subject that runs the reference's plan one iteration short (the laws catch it; see
+/// `harness::mutants::muon_ns::OneIterationShort`):
+/// ```
+/// use harness::laws::muon::{NsProblem, Planned, PlannedNs};
+/// use harness::reference::backend::Real;
+/// struct Short;
+/// impl PlannedNs for Short {
+///     fn run<A: Real>(&self, p: &NsProblem<'_, A>, out: &mut [A]) -> usize {
+///         Planned.run(&NsProblem { steps: p.steps - 1, ..*p }, out)
+///     }
+/// }
+/// ```
 pub trait PlannedNs {
-    #[allow(clippy::too_many_arguments)]
-    /// Orthogonalise `x` (row-major `rows x cols`) into `out` with `steps` iterations of `coeffs`
-    /// and normaliser `eps`; returns the iterations run.
-    fn run<A: Real>(
-        &self,
-        rows: usize,
-        cols: usize,
-        sym_block: usize,
-        x: &[A],
-        coeffs: &Array<f64>,
-        steps: usize,
-        eps: A,
-        out: &mut [A],
-    ) -> usize;
+    /// Orthogonalise `problem.x` into `out` (`rows * cols` values); returns the iterations run.
+    fn run<A: Real>(&self, problem: &NsProblem<'_, A>, out: &mut [A]) -> usize;
 }
 
 /// The reference's planned form ([`NsPlan`]).
 pub struct Planned;
 
 impl PlannedNs for Planned {
-    fn run<A: Real>(
-        &self,
-        rows: usize,
-        cols: usize,
-        sym_block: usize,
-        x: &[A],
-        coeffs: &Array<f64>,
-        steps: usize,
-        eps: A,
-        out: &mut [A],
-    ) -> usize {
-        NsPlan::new(rows, cols)
-            .with_sym_block(sym_block)
-            .run(x, coeffs, steps, eps, out)
+    fn run<A: Real>(&self, p: &NsProblem<'_, A>, out: &mut [A]) -> usize {
+        NsPlan::new(p.rows, p.cols)
+            .with_sym_block(p.sym_block)
+            .run(p.x, p.coeffs, p.steps, p.eps, out)
     }
 }
 
@@ -461,16 +474,16 @@ fn planned_e<A: Real, S: PlannedNs>(case: &MatCase, subject: &S) -> Result<(), S
     let eps = A::of_f64(1e-8);
     let mut out = vec![A::default(); x.len()];
     // small diagonal blocks, so that the recursive symmetric product is exercised at these sizes
-    subject.run(
-        r,
-        cl,
-        1 + case.seed as usize % 8,
-        &x,
-        &c,
+    let problem = NsProblem {
+        rows: r,
+        cols: cl,
+        sym_block: 1 + case.seed as usize % 8,
+        x: &x,
+        coeffs: &c,
         steps,
         eps,
-        &mut out,
-    );
+    };
+    subject.run(&problem, &mut out);
     let (want, _) =
         orthogonalize_composed(&Array::new(vec![r, cl], x).expect("sized"), &c, steps, eps);
     let bound = PLANNED_ULPS_PER_M * r.min(cl) as f64 * A::epsilon().as_f64();
@@ -628,16 +641,16 @@ pub fn singular_value_band_with<S: PlannedNs>(case: &BandCase, subject: &S) -> R
     let coeffs = coeffs::build(&spec, steps).map_err(err)?;
     let x = gaussian(case.seed, r * c);
     let mut out = vec![0.0; x.len()];
-    subject.run(
-        r,
-        c,
-        newton_schulz::SYM_BLOCK,
-        &x,
-        &coeffs,
+    let problem = NsProblem {
+        rows: r,
+        cols: c,
+        sym_block: newton_schulz::SYM_BLOCK,
+        x: &x,
+        coeffs: &coeffs,
         steps,
-        1e-8,
-        &mut out,
-    );
+        eps: 1e-8,
+    };
+    subject.run(&problem, &mut out);
     let norm = x.iter().map(|v| v * v).sum::<f64>().sqrt() + 1e-8;
     let s_in = singular_values(&x, r, c);
     if s_in[0] / norm < BAND_INPUT_FLOOR {

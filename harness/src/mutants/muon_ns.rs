@@ -12,7 +12,7 @@
 //!   each update: the fixed-state law catches it.
 
 use crate::backend::{Array, Float, Real};
-use crate::laws::muon::{Planned, PlannedNs};
+use crate::laws::muon::{NsProblem, Planned, PlannedNs};
 use crate::optim::muon::orthogonalize_composed;
 use crate::optim::{MuonState, Transform};
 use crate::reference::Result;
@@ -33,27 +33,12 @@ use crate::tree::Tree;
 pub struct OneIterationShort;
 
 impl PlannedNs for OneIterationShort {
-    fn run<A: Real>(
-        &self,
-        rows: usize,
-        cols: usize,
-        sym_block: usize,
-        x: &[A],
-        coeffs: &Array<f64>,
-        steps: usize,
-        eps: A,
-        out: &mut [A],
-    ) -> usize {
-        Planned.run(
-            rows,
-            cols,
-            sym_block,
-            x,
-            coeffs,
-            steps.saturating_sub(1),
-            eps,
-            out,
-        )
+    fn run<A: Real>(&self, p: &NsProblem<'_, A>, out: &mut [A]) -> usize {
+        let short = NsProblem {
+            steps: p.steps.saturating_sub(1),
+            ..*p
+        };
+        Planned.run(&short, out)
     }
 }
 
@@ -63,22 +48,12 @@ impl PlannedNs for OneIterationShort {
 pub struct TallSideComposed;
 
 impl PlannedNs for TallSideComposed {
-    fn run<A: Real>(
-        &self,
-        rows: usize,
-        cols: usize,
-        sym_block: usize,
-        x: &[A],
-        coeffs: &Array<f64>,
-        steps: usize,
-        eps: A,
-        out: &mut [A],
-    ) -> usize {
-        if rows <= cols {
-            return Planned.run(rows, cols, sym_block, x, coeffs, steps, eps, out);
+    fn run<A: Real>(&self, p: &NsProblem<'_, A>, out: &mut [A]) -> usize {
+        if p.rows <= p.cols {
+            return Planned.run(p, out);
         }
-        let input = Array::new(vec![rows, cols], x.to_vec()).expect("rows x cols values");
-        let (o, k) = orthogonalize_composed(&input, coeffs, steps, eps);
+        let input = Array::new(vec![p.rows, p.cols], p.x.to_vec()).expect("rows x cols values");
+        let (o, k) = orthogonalize_composed(&input, p.coeffs, p.steps, p.eps);
         out.copy_from_slice(o.data());
         k
     }

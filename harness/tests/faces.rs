@@ -191,7 +191,6 @@ fn planned_and_composed_newton_schulz_law_catches_a_dropped_iteration() {
 
 /// The fast CNF field with the trace's sign flipped (the divergence entering the log-density with
 /// the wrong sign).
-#[allow(clippy::too_many_arguments)]
 fn trace_negated(
     p: &CnfParams<f64>,
     b: usize,

@@ -169,7 +169,6 @@ fn le(a: f64, b: f64) -> bool {
 pub trait TraceSubject {
     /// The line search's initial state for `params`.
     fn init<A: Real>(&self, opt: &SgdLineSearch, params: &Tree<A>) -> Result<State<A>>;
-    #[allow(clippy::too_many_arguments)]
     /// One staged update: `grad` is both the direction input and the gradient at `params`, `value`
     /// is `f(params)`.
     fn update<A: Real>(

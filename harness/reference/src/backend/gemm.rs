@@ -786,7 +786,6 @@ mod x86 {
             /// `R x V` vectors of the output, summed over the whole depth in registers.
             #[target_feature(enable = "avx512f")]
             #[inline]
-            #[allow(clippy::too_many_arguments)]
             unsafe fn $tile<const R: usize, const V: usize, F: Finish<$v, $mask>>(
                 o: &OuterProduct<'_, $t>,
                 fin: &mut F,

@@ -124,8 +124,8 @@ pub fn backward<A: Real>(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn backward_body<A: Real>(
     layout: &Layout,
     th: &[A],

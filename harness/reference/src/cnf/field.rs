@@ -336,8 +336,8 @@ pub fn forward<A: Real>(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn forward_body<A: Real>(
     layout: &Layout,
     th: &[A],

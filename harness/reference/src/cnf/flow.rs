@@ -105,8 +105,8 @@ fn opts() -> SolveOptions {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 /// Solve one block's augmented state `z` over `[from, to]` with the constant step `dt`.
+#[allow(clippy::too_many_arguments)]
 pub fn block_solve<A: Real>(
     params: &CnfParams<A>,
     b: usize,

@@ -42,7 +42,6 @@ pub trait LineSearch<A: Real> {
     /// The state before the first update (its signature is the one every update must keep).
     fn init(&self, params: &Tree<A>) -> Result<Self::State>;
     /// `updates` is the direction, `value`/`grad` are `f(params)` and its gradient.
-    #[allow(clippy::too_many_arguments)]
     fn update<O: Objective<A> + ?Sized>(
         &self,
         updates: &Tree<A>,
@@ -153,7 +152,6 @@ impl<L> Staged<L> {
     }
 
     /// Trace (on a miss) and run the update; the objective enters the key by [`objective_key`].
-    #[allow(clippy::too_many_arguments)]
     pub fn update<A: Real, O: Objective<A> + 'static>(
         &mut self,
         updates: &Tree<A>,

@@ -150,7 +150,6 @@ pub fn update<A: Real>(pool: &mut Pool, x: &mut [A], y: &[A], a: A, n: usize) {
 ///
 /// # Safety
 /// The block and its mirror lie in the matrix, and no other thread touches them meanwhile.
-#[allow(clippy::too_many_arguments)]
 unsafe fn complete_block<A: Real>(
     sv: PartsPtr<A>,
     m: usize,

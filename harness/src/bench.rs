@@ -671,7 +671,7 @@ pub fn own_arrays_pass(
 /// The f32 gemm rate of one `n x n x n` product through the gemm call dfdx makes (`2 n^3`
 /// flops), GFLOP/s: the best of `reps` after one warm-up product.
 pub fn gemm_f32_gflops(n: usize, reps: usize) -> f64 {
-    use crate::backend::{gemm_into, Operand};
+    use crate::backend::{gemm_into, Dest, Operand, Product};
     let n = n.max(1);
     let x: Vec<f32> = (0..n * n).map(|i| ((i as f32) * 0.618).sin()).collect();
     let mut dst = vec![0.0f32; n * n];
@@ -681,7 +681,23 @@ pub fn gemm_f32_gflops(n: usize, reps: usize) -> f64 {
         rs: n,
         cs: 1,
     };
-    let mut product = || gemm_into(n, n, n, &mut dst, 0, n, op(&x), op(&x));
+    let mut product = || {
+        let p = Product {
+            m: n,
+            n,
+            k: n,
+            lhs: op(&x),
+            rhs: op(&x),
+        };
+        gemm_into(
+            p,
+            Dest {
+                data: &mut dst,
+                offset: 0,
+                rs: n,
+            },
+        )
+    };
     product();
     let secs = best_seconds(reps, product);
     std::hint::black_box(&dst);
@@ -1540,7 +1556,7 @@ pub fn cnf_chunk_gemm_gflops<A: crate::backend::Real>(
     cfg: &crate::cnf::CnfConfig,
     reps: usize,
 ) -> f64 {
-    use crate::backend::{gemm_into, Operand};
+    use crate::backend::{gemm_into, Dest, Operand, Product};
     let (m, k, n) = (
         (1 + cfg.tangents()) * CNF_LIMIT_SAMPLES,
         cfg.width,
@@ -1562,7 +1578,21 @@ pub fn cnf_chunk_gemm_gflops<A: crate::backend::Real>(
             cs: 1,
         };
         for _ in 0..reps {
-            gemm_into(m, n, k, &mut c, 0, n, op(&a, k), op(&b, n));
+            let p = Product {
+                m,
+                n,
+                k,
+                lhs: op(&a, k),
+                rhs: op(&b, n),
+            };
+            gemm_into(
+                p,
+                Dest {
+                    data: &mut c,
+                    offset: 0,
+                    rs: n,
+                },
+            );
         }
         std::hint::black_box(&c);
     };

@@ -23,7 +23,34 @@ pub struct Operand<'a, A> {
     pub cs: usize,
 }
 
-/// `dst[i*dst_rs + j] = sum_k lhs(i,k) rhs(k,j)` for an `m x n` block, overwriting `dst`, with the
+/// An `m x n` matrix product of depth `k`: `lhs` is `m x k`, `rhs` is `k x n` (each at its
+/// own strides).
+#[derive(Clone, Copy)]
+pub struct Product<'a, A> {
+    /// Output rows.
+    pub m: usize,
+    /// Output columns.
+    pub n: usize,
+    /// Depth: columns of `lhs`, rows of `rhs`.
+    pub k: usize,
+    /// The left factor, `m x k`.
+    pub lhs: Operand<'a, A>,
+    /// The right factor, `k x n`.
+    pub rhs: Operand<'a, A>,
+}
+
+/// The row-major destination of a [`Product`]: element `(i, j)` is `data[offset + i*rs + j]`
+/// (`rs >= n`, or any for a single row).
+pub struct Dest<'a, A> {
+    /// The backing buffer; every written element must lie inside it.
+    pub data: &'a mut [A],
+    /// Index in `data` of element `(0, 0)`.
+    pub offset: usize,
+    /// Row stride.
+    pub rs: usize,
+}
+
+/// `dst(i, j) = sum_k lhs(i,k) rhs(k,j)` for the `m x n` product `p`, overwriting `dst`, with the
 /// bits of the very `gemm::gemm` call dfdx's CPU matmul makes (so results are bit-identical to
 /// dfdx's): through that call, or for small shapes through a kernel of our own that forms every
 /// element the same way (`SmallProduct`: [`SHALLOW_DEPTH`], [`NARROW_SIDE`], [`OUTER_MAX_DEPTH`]).
@@ -32,20 +59,29 @@ pub struct Operand<'a, A> {
 /// module notes); single-threaded calls reuse their thread's scratch.
 ///
 /// Panics if an operand's strided extent falls outside its slice (a bug in the caller's plan).
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_into<A: Real>(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: &mut [A],
-    dst_offset: usize,
-    dst_rs: usize,
-    lhs: Operand<'_, A>,
-    rhs: Operand<'_, A>,
-) {
-    if !gemm_checked(m, n, k, dst, dst_offset, dst_rs, &lhs, &rhs) {
+///
+/// ```
+/// use harness_reference::backend::{gemm_into, Dest, Operand, Product};
+/// // [1 2; 3 4] [5; 6] = [17; 39], written into the second and third of four slots
+/// let (a, b) = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0]);
+/// let mut out = [0.0f64; 4];
+/// let row_major = |data, cols| Operand { data, offset: 0, rs: cols, cs: 1 };
+/// gemm_into(
+///     Product { m: 2, n: 1, k: 2, lhs: row_major(&a[..], 2), rhs: row_major(&b[..], 1) },
+///     Dest { data: &mut out, offset: 1, rs: 1 },
+/// );
+/// assert_eq!(out, [0.0, 17.0, 39.0, 0.0]);
+/// ```
+pub fn gemm_into<A: Real>(p: Product<'_, A>, dst: Dest<'_, A>) {
+    let Dest {
+        data: dst,
+        offset: dst_offset,
+        rs: dst_rs,
+    } = dst;
+    if !gemm_checked(&p, dst, dst_offset, dst_rs) {
         return;
     }
+    let Product { m, n, k, lhs, rhs } = p;
     let mut small = SmallProduct {
         m,
         n,
@@ -101,21 +137,16 @@ pub const GEMM_SMALL_SIDE: usize = 64;
 /// whatever the number of threads (tested below). Products smaller than [`GEMM_PARALLEL_MIN`],
 /// narrower than [`GEMM_SMALL_SIDE`] or with fewer than two rows per thread run as one call on
 /// the calling thread.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_into_pooled<A: Real>(
-    pool: &mut Pool,
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: &mut [A],
-    dst_offset: usize,
-    dst_rs: usize,
-    lhs: Operand<'_, A>,
-    rhs: Operand<'_, A>,
-) {
-    if !gemm_checked(m, n, k, dst, dst_offset, dst_rs, &lhs, &rhs) {
+pub fn gemm_into_pooled<A: Real>(pool: &mut Pool, p: Product<'_, A>, dst: Dest<'_, A>) {
+    let Dest {
+        data: dst,
+        offset: dst_offset,
+        rs: dst_rs,
+    } = dst;
+    if !gemm_checked(&p, dst, dst_offset, dst_rs) {
         return;
     }
+    let Product { m, n, k, lhs, rhs } = p;
     let parts = pool.threads();
     let split =
         parts > 1 && m * n * k >= GEMM_PARALLEL_MIN && n > GEMM_SMALL_SIDE && m >= 2 * parts;
@@ -180,26 +211,22 @@ pub struct Tile {
 /// while the tile is in that thread's cache. `then` may touch the tile's elements of the
 /// destination and elements no tile covers, as long as no two calls touch the same ones and
 /// none reads what another writes; it may read the operands.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_tiles_pooled<A: Real>(
     pool: &mut Pool,
     tiles: &[Tile],
-    m: usize,
-    n: usize,
-    k: usize,
+    p: Product<'_, A>,
     dst: &mut [A],
     dst_rs: usize,
-    lhs: Operand<'_, A>,
-    rhs: Operand<'_, A>,
     then: &(dyn Fn(&Tile, PartsPtr<A>) + Sync),
 ) {
+    let Product { m, n, k, lhs, rhs } = p;
     for t in tiles {
         assert!(
             t.r0 <= t.r1 && t.r1 <= m && t.c0 <= t.c1 && t.c1 <= n,
             "gemm_tiles_pooled: tile {t:?} outside {m} x {n}"
         );
     }
-    let computed = gemm_checked(m, n, k, dst, 0, dst_rs, &lhs, &rhs);
+    let computed = gemm_checked(&p, dst, 0, dst_rs);
     let d = PartsPtr::new(dst.as_mut_ptr());
     let nonempty = |t: &&Tile| t.r1 > t.r0 && t.c1 > t.c0;
     if !computed {
@@ -251,17 +278,14 @@ pub(crate) fn gemm_tiles_pooled<A: Real>(
 
 /// Bounds checks shared by the GEMM entry points; `false` when nothing is left to compute
 /// (empty output; `k = 0` zero-fills it).
-#[allow(clippy::too_many_arguments)]
 fn gemm_checked<A: Real>(
-    m: usize,
-    n: usize,
-    k: usize,
+    p: &Product<'_, A>,
     dst: &mut [A],
     dst_offset: usize,
     dst_rs: usize,
-    lhs: &Operand<'_, A>,
-    rhs: &Operand<'_, A>,
 ) -> bool {
+    let Product { m, n, k, lhs, rhs } = p;
+    let (m, n, k) = (*m, *n, *k);
     if m == 0 || n == 0 {
         return false;
     }
@@ -1125,18 +1149,71 @@ mod gemm_tests {
         };
         let rhs = rhs_operand(&r, k, n, transposed_rhs);
         let mut whole = vec![A::default(); m * n];
-        gemm_into(m, n, k, &mut whole, 0, n, lhs(0), rhs);
+        gemm_into(
+            Product {
+                m,
+                n,
+                k,
+                lhs: lhs(0),
+                rhs,
+            },
+            Dest {
+                data: &mut whole,
+                offset: 0,
+                rs: n,
+            },
+        );
         // any row block is reduced exactly as in the whole product
         for r0 in [2, 17, m / 3, m / 2, m - 2] {
             let mut split = vec![A::default(); m * n];
-            gemm_into(r0, n, k, &mut split, 0, n, lhs(0), rhs);
-            gemm_into(m - r0, n, k, &mut split, r0 * n, n, lhs(r0 * k), rhs);
+            gemm_into(
+                Product {
+                    m: r0,
+                    n,
+                    k,
+                    lhs: lhs(0),
+                    rhs,
+                },
+                Dest {
+                    data: &mut split,
+                    offset: 0,
+                    rs: n,
+                },
+            );
+            gemm_into(
+                Product {
+                    m: m - r0,
+                    n,
+                    k,
+                    lhs: lhs(r0 * k),
+                    rhs,
+                },
+                Dest {
+                    data: &mut split,
+                    offset: r0 * n,
+                    rs: n,
+                },
+            );
             assert_eq!(bits(&split), bits(&whole), "{m}x{n}x{k} split at {r0}");
         }
         for threads in 1..=4 {
             let mut pool = Pool::new(threads);
             let mut pooled = vec![A::default(); m * n];
-            gemm_into_pooled(&mut pool, m, n, k, &mut pooled, 0, n, lhs(0), rhs);
+            gemm_into_pooled(
+                &mut pool,
+                Product {
+                    m,
+                    n,
+                    k,
+                    lhs: lhs(0),
+                    rhs,
+                },
+                Dest {
+                    data: &mut pooled,
+                    offset: 0,
+                    rs: n,
+                },
+            );
             assert_eq!(
                 bits(&pooled),
                 bits(&whole),
@@ -1178,7 +1255,14 @@ mod gemm_tests {
         let dst_rs = n + 3;
         let mut fast = vec![A::of_f64(7.0); m * dst_rs];
         let mut slow = fast.clone();
-        gemm_into(m, n, k, &mut fast, 0, dst_rs, lhs, rhs);
+        gemm_into(
+            Product { m, n, k, lhs, rhs },
+            Dest {
+                data: &mut fast,
+                offset: 0,
+                rs: dst_rs,
+            },
+        );
         // SAFETY: the operands and `slow` hold every element the strides reach.
         unsafe {
             gemm_raw(
@@ -1244,7 +1328,20 @@ mod gemm_tests {
             rs: 2,
             cs: 1,
         };
-        gemm_into(4, 2, 3, &mut dst, 0, 2, lhs, rhs);
+        gemm_into(
+            Product {
+                m: 4,
+                n: 2,
+                k: 3,
+                lhs,
+                rhs,
+            },
+            Dest {
+                data: &mut dst,
+                offset: 0,
+                rs: 2,
+            },
+        );
     }
 
     #[test]
@@ -1296,23 +1393,27 @@ mod gemm_tests {
         // the composed form
         let mut p0 = vec![A::zero(); rows * out];
         gemm_into(
-            rows,
-            out,
-            inp,
-            &mut p0,
-            0,
-            out,
-            Operand {
-                data: &h_in,
-                offset: 0,
-                rs: inp,
-                cs: 1,
+            Product {
+                m: rows,
+                n: out,
+                k: inp,
+                lhs: Operand {
+                    data: &h_in,
+                    offset: 0,
+                    rs: inp,
+                    cs: 1,
+                },
+                rhs: Operand {
+                    data: &wt,
+                    offset: 0,
+                    rs: out,
+                    cs: 1,
+                },
             },
-            Operand {
-                data: &wt,
+            Dest {
+                data: &mut p0,
                 offset: 0,
                 rs: out,
-                cs: 1,
             },
         );
         let mut h0 = vec![A::zero(); rows * out];

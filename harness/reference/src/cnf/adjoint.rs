@@ -41,7 +41,7 @@
 
 use super::config::Layout;
 use super::field::Kept;
-use crate::backend::{gemm_into, vectorised, AlignedVec, Kernel, Operand, Real};
+use crate::backend::{gemm_into, vectorised, AlignedVec, Dest, Kernel, Operand, Product, Real};
 
 /// Scratch buffers of the backward pass, in the arithmetic type `A` (f32 or f64).
 #[derive(Default)]
@@ -212,23 +212,27 @@ fn backward_body<A: Real>(
         // W1bar = Pbar^T H (out x in)
         let w1bar = &mut sc.w1bar[..wo * inp];
         gemm_into(
-            wo,
-            inp,
-            rows,
-            w1bar,
-            0,
-            inp,
-            Operand {
-                data: pbar,
-                offset: 0,
-                rs: 1,
-                cs: wo,
+            Product {
+                m: wo,
+                n: inp,
+                k: rows,
+                lhs: Operand {
+                    data: pbar,
+                    offset: 0,
+                    rs: 1,
+                    cs: wo,
+                },
+                rhs: Operand {
+                    data: h,
+                    offset: 0,
+                    rs: inp,
+                    cs: 1,
+                },
             },
-            Operand {
-                data: h,
+            Dest {
+                data: w1bar,
                 offset: 0,
                 rs: inp,
-                cs: 1,
             },
         );
         for (acc, &v) in thbar[l.w1..l.w1 + wo * inp].iter_mut().zip(w1bar.iter()) {
@@ -237,23 +241,27 @@ fn backward_body<A: Real>(
         // Hbar = Pbar W1 (primal rows only at the first layer: the tangents there are constants)
         let hrows = if li == 0 { n } else { rows };
         gemm_into(
-            hrows,
-            inp,
-            wo,
-            &mut sc.hbar,
-            0,
-            inp,
-            Operand {
-                data: pbar,
-                offset: 0,
-                rs: wo,
-                cs: 1,
+            Product {
+                m: hrows,
+                n: inp,
+                k: wo,
+                lhs: Operand {
+                    data: pbar,
+                    offset: 0,
+                    rs: wo,
+                    cs: 1,
+                },
+                rhs: Operand {
+                    data: th,
+                    offset: l.w1,
+                    rs: inp,
+                    cs: 1,
+                },
             },
-            Operand {
-                data: th,
-                offset: l.w1,
+            Dest {
+                data: &mut sc.hbar,
+                offset: 0,
                 rs: inp,
-                cs: 1,
             },
         );
         if li == 0 {

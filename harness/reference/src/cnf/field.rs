@@ -53,8 +53,8 @@
 use super::config::{LayerLayout, Layout};
 use super::tanh::tanh_slice;
 use crate::backend::{
-    gemm_into, hidden_layer_into, lane_dot_rows, vectorised, AlignedVec, HiddenLayer, Kernel,
-    Operand, Real, RowMap,
+    gemm_into, hidden_layer_into, lane_dot_rows, vectorised, AlignedVec, Dest, HiddenLayer, Kernel,
+    Operand, Product, Real, RowMap,
 };
 use crate::ode::VectorField;
 use std::cell::RefCell;
@@ -420,23 +420,27 @@ fn forward_body<A: Real>(
             // is then a sum of outer products in registers (`gemm_into`'s path for such
             // operands), with the bits of the strided call
             gemm_into(
-                rows,
-                wo,
-                inp,
-                p,
-                0,
-                wo,
-                Operand {
-                    data: &kept.h[li],
-                    offset: 0,
-                    rs: inp,
-                    cs: 1,
+                Product {
+                    m: rows,
+                    n: wo,
+                    k: inp,
+                    lhs: Operand {
+                        data: &kept.h[li],
+                        offset: 0,
+                        rs: inp,
+                        cs: 1,
+                    },
+                    rhs: Operand {
+                        data: w1t,
+                        offset: l.w1,
+                        rs: wo,
+                        cs: 1,
+                    },
                 },
-                Operand {
-                    data: w1t,
-                    offset: l.w1,
+                Dest {
+                    data: p,
+                    offset: 0,
                     rs: wo,
-                    cs: 1,
                 },
             );
         }

@@ -37,7 +37,8 @@
 
 use super::{coeffs, ns_passes};
 use crate::backend::{
-    device, gemm_into_pooled, gemm_tiles_pooled, Array, Mat, Operand, Real, Tile, GEMM_PARALLEL_MIN,
+    device, gemm_into_pooled, gemm_tiles_pooled, Array, Dest, Mat, Operand, Product, Real, Tile,
+    GEMM_PARALLEL_MIN,
 };
 use crate::pool::{PartsPtr, Pool};
 
@@ -341,23 +342,27 @@ impl<A: Real> NsPlan<A> {
             // Y = B X; X <- a X + Y on the next pass
             gemm_into_pooled(
                 &mut self.pool,
-                m,
-                n,
-                m,
-                &mut self.y,
-                0,
-                n,
-                Operand {
-                    data: &self.b,
-                    offset: 0,
-                    rs: m,
-                    cs: 1,
+                Product {
+                    m,
+                    n,
+                    k: m,
+                    lhs: Operand {
+                        data: &self.b,
+                        offset: 0,
+                        rs: m,
+                        cs: 1,
+                    },
+                    rhs: Operand {
+                        data: &self.x,
+                        offset: 0,
+                        rs: n,
+                        cs: 1,
+                    },
                 },
-                Operand {
-                    data: &self.x,
+                Dest {
+                    data: &mut self.y,
                     offset: 0,
                     rs: n,
-                    cs: 1,
                 },
             );
             pending = Some(a);
@@ -396,23 +401,25 @@ fn sym_product<A: Real>(
     gemm_tiles_pooled(
         pool,
         tiles,
-        m,
-        m,
-        k,
+        Product {
+            m,
+            n: m,
+            k,
+            lhs: Operand {
+                data: l,
+                offset: 0,
+                rs: k,
+                cs: 1,
+            },
+            rhs: Operand {
+                data: rt,
+                offset: 0,
+                rs: m,
+                cs: 1,
+            },
+        },
         dst,
         m,
-        Operand {
-            data: l,
-            offset: 0,
-            rs: k,
-            cs: 1,
-        },
-        Operand {
-            data: rt,
-            offset: 0,
-            rs: m,
-            cs: 1,
-        },
         then,
     );
 }

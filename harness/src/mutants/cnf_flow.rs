@@ -62,7 +62,7 @@ pub fn log_likelihood(bug: FlowBug, params: &CnfParams<f64>, x: &[f64]) -> Resul
         _ => (0..cfg.blocks).rev().collect(),
     };
     for b in order {
-        let mut next = flow::block_solve(params, b, n, None, cfg.t1, cfg.t0, -cfg.dt0, &z)?;
+        let mut next = flow::block_solve(params, b, n, None, flow::Span::towards_base(cfg), &z)?;
         corrupt_delta(bug, n * d, &z, &mut next);
         z = next;
     }
@@ -81,7 +81,7 @@ pub fn sample(bug: FlowBug, params: &CnfParams<f64>, z: &[f64]) -> Result<(Vec<f
     let mut s = z.to_vec();
     s.resize(n * (d + 1), 0.0);
     for b in 0..cfg.blocks {
-        let mut next = flow::block_solve(params, b, n, None, cfg.t0, cfg.t1, cfg.dt0, &s)?;
+        let mut next = flow::block_solve(params, b, n, None, flow::Span::towards_data(cfg), &s)?;
         corrupt_delta(bug, n * d, &s, &mut next);
         s = next;
     }

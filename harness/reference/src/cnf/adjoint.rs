@@ -71,47 +71,43 @@ impl<A: Real> BackScratch<A> {
 /// vectors ([`vectorised`]; no fused multiply-add, sums in a fixed order: the bits of the
 /// portable build). Generic over the arithmetic type `A` (f32 or f64): the same loops in each,
 /// every value and every sum in `A`.
-#[allow(clippy::too_many_arguments)]
-pub fn backward<A: Real>(
-    layout: &Layout,
-    th: &[A],
-    n: usize,
-    probes: Option<&[A]>,
-    kept: &Kept<A>,
-    bar: &[A],
-    ybar: &mut [A],
-    thbar: &mut [A],
-    sc: &mut BackScratch<A>,
-) {
-    struct Backward<'a, A: Real> {
-        layout: &'a Layout,
-        th: &'a [A],
-        n: usize,
-        probes: Option<&'a [A]>,
-        kept: &'a Kept<A>,
-        bar: &'a [A],
-        ybar: &'a mut [A],
-        thbar: &'a mut [A],
-        sc: &'a mut BackScratch<A>,
+pub fn backward<A: Real>(pass: BackwardPass<'_, A>) {
+    vectorised(pass)
+}
+
+/// The inputs and outputs of one [`backward`] pass.
+pub struct BackwardPass<'a, A: Real> {
+    /// The field's layers.
+    pub layout: &'a Layout,
+    /// The weights the kept evaluation was made with.
+    pub th: &'a [A],
+    /// Samples.
+    pub n: usize,
+    /// `None` for the exact trace, or the `n x d` Hutchinson probes of the evaluation.
+    pub probes: Option<&'a [A]>,
+    /// The evaluation's intermediate values ([`super::field::forward`]).
+    pub kept: &'a Kept<A>,
+    /// `[fbar (n x d), trbar (n)]`.
+    pub bar: &'a [A],
+    /// The state's cotangent, `n (d + 1)`, overwritten.
+    pub ybar: &'a mut [A],
+    /// The weights' cotangent, added to.
+    pub thbar: &'a mut [A],
+    /// Scratch buffers, kept between calls.
+    pub sc: &'a mut BackScratch<A>,
+}
+
+impl<A: Real> Kernel for BackwardPass<'_, A> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        backward_body(self)
     }
-    impl<A: Real> Kernel for Backward<'_, A> {
-        type Output = ();
-        #[inline(always)]
-        fn run(self) {
-            backward_body(
-                self.layout,
-                self.th,
-                self.n,
-                self.probes,
-                self.kept,
-                self.bar,
-                self.ybar,
-                self.thbar,
-                self.sc,
-            )
-        }
-    }
-    vectorised(Backward {
+}
+
+#[inline(always)]
+fn backward_body<A: Real>(pass: BackwardPass<'_, A>) {
+    let BackwardPass {
         layout,
         th,
         n,
@@ -121,22 +117,7 @@ pub fn backward<A: Real>(
         ybar,
         thbar,
         sc,
-    })
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn backward_body<A: Real>(
-    layout: &Layout,
-    th: &[A],
-    n: usize,
-    probes: Option<&[A]>,
-    kept: &Kept<A>,
-    bar: &[A],
-    ybar: &mut [A],
-    thbar: &mut [A],
-    sc: &mut BackScratch<A>,
-) {
+    } = pass;
     let (zero, one) = (A::zero(), A::one());
     let d = layout.data_size;
     let k = probes.map_or(d, |_| 1);

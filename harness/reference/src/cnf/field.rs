@@ -101,18 +101,18 @@ impl<'a, A: Real> BlockField<'a, A> {
             Tangents::Exact => None,
             Tangents::Probes(p) => Some(p),
         };
-        forward(
-            self.layout,
-            self.theta,
-            self.n,
+        forward(ForwardPass {
+            layout: self.layout,
+            th: self.theta,
+            n: self.n,
             probes,
             t,
             y,
             f,
             tr,
-            &mut self.kept.borrow_mut(),
-            &mut self.transposed.borrow_mut(),
-        );
+            kept: &mut self.kept.borrow_mut(),
+            transposed: &mut self.transposed.borrow_mut(),
+        });
     }
 }
 
@@ -279,50 +279,45 @@ fn squash_all<A: Real>(th: &[A], l: &LayerLayout, t: A, out: &mut Sbc<A>) {
 /// the bits are those of the portable build. Where the product runs as outer products in
 /// AVX-512 registers, a hidden layer's loops run on each tile of it there
 /// ([`hidden_layer_into`]), with the same operations in the same order, so the same bits.
-#[allow(clippy::too_many_arguments)]
-pub fn forward<A: Real>(
-    layout: &Layout,
-    th: &[A],
-    n: usize,
-    probes: Option<&[A]>,
-    t: A,
-    y: &[A],
-    f: &mut [A],
-    tr: &mut [A],
-    kept: &mut Kept<A>,
-    transposed: &mut Transposed<A>,
-) {
-    struct Forward<'a, A: Real> {
-        layout: &'a Layout,
-        th: &'a [A],
-        n: usize,
-        probes: Option<&'a [A]>,
-        t: A,
-        y: &'a [A],
-        f: &'a mut [A],
-        tr: &'a mut [A],
-        kept: &'a mut Kept<A>,
-        transposed: &'a mut Transposed<A>,
+pub fn forward<A: Real>(pass: ForwardPass<'_, A>) {
+    vectorised(pass)
+}
+
+/// The inputs and outputs of one [`forward`] pass.
+pub struct ForwardPass<'a, A: Real> {
+    /// The field's layers.
+    pub layout: &'a Layout,
+    /// The weights, laid out by `layout`.
+    pub th: &'a [A],
+    /// Samples.
+    pub n: usize,
+    /// `None` for the exact trace, or the `n x d` Hutchinson probes.
+    pub probes: Option<&'a [A]>,
+    /// Time.
+    pub t: A,
+    /// The state, `n x d`.
+    pub y: &'a [A],
+    /// The field's value, `n x d`, overwritten.
+    pub f: &'a mut [A],
+    /// The trace, `n`, overwritten.
+    pub tr: &'a mut [A],
+    /// Each layer's `H` and `P`, overwritten.
+    pub kept: &'a mut Kept<A>,
+    /// The wide layers' `W1^T`, made again when `th` changed.
+    pub transposed: &'a mut Transposed<A>,
+}
+
+impl<A: Real> Kernel for ForwardPass<'_, A> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        forward_body(self)
     }
-    impl<A: Real> Kernel for Forward<'_, A> {
-        type Output = ();
-        #[inline(always)]
-        fn run(self) {
-            forward_body(
-                self.layout,
-                self.th,
-                self.n,
-                self.probes,
-                self.t,
-                self.y,
-                self.f,
-                self.tr,
-                self.kept,
-                self.transposed,
-            )
-        }
-    }
-    vectorised(Forward {
+}
+
+#[inline(always)]
+fn forward_body<A: Real>(pass: ForwardPass<'_, A>) {
+    let ForwardPass {
         layout,
         th,
         n,
@@ -333,23 +328,7 @@ pub fn forward<A: Real>(
         tr,
         kept,
         transposed,
-    })
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn forward_body<A: Real>(
-    layout: &Layout,
-    th: &[A],
-    n: usize,
-    probes: Option<&[A]>,
-    t: A,
-    y: &[A],
-    f: &mut [A],
-    tr: &mut [A],
-    kept: &mut Kept<A>,
-    transposed: &mut Transposed<A>,
-) {
+    } = pass;
     let d = layout.data_size;
     let k = probes.map_or(d, |_| 1);
     let rows = (1 + k) * n;
@@ -511,9 +490,18 @@ mod tests {
         let y: Vec<f64> = (0..n * d).map(|i| 0.3 * i as f64 - 0.7).collect();
         let (mut f, mut tr) = (vec![0.0; n * d], vec![0.0; n]);
         let mut kept = Kept::default();
-        forward(
-            &p.layout, th, n, None, 0.2, &y, &mut f, &mut tr, &mut kept, transposed,
-        );
+        forward(ForwardPass {
+            layout: &p.layout,
+            th,
+            n,
+            probes: None,
+            t: 0.2,
+            y: &y,
+            f: &mut f,
+            tr: &mut tr,
+            kept: &mut kept,
+            transposed,
+        });
         f.iter().chain(&tr).map(|v| v.to_bits()).collect()
     }
 

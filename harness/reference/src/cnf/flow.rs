@@ -105,29 +105,73 @@ fn opts() -> SolveOptions {
     }
 }
 
-/// Solve one block's augmented state `z` over `[from, to]` with the constant step `dt`.
-#[allow(clippy::too_many_arguments)]
+/// The interval one block's solve covers and its constant step: `from` to `to` by `dt` (negative
+/// when `to < from`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Span {
+    /// Start time.
+    pub from: f64,
+    /// End time.
+    pub to: f64,
+    /// The constant step, signed.
+    pub dt: f64,
+}
+
+impl Span {
+    /// `t1` down to `t0` by `-dt0`: from the data towards the base distribution (the
+    /// log-likelihood's direction).
+    ///
+    /// ```
+    /// use harness_reference::cnf::{flow::Span, CnfConfig};
+    /// let cfg = CnfConfig::default();
+    /// let s = Span::towards_base(&cfg);
+    /// assert_eq!((s.from, s.to, s.dt), (cfg.t1, cfg.t0, -cfg.dt0));
+    /// ```
+    pub fn towards_base(cfg: &CnfConfig) -> Span {
+        Span {
+            from: cfg.t1,
+            to: cfg.t0,
+            dt: -cfg.dt0,
+        }
+    }
+
+    /// `t0` up to `t1` by `dt0`: from base samples towards the data (sampling's direction).
+    ///
+    /// ```
+    /// use harness_reference::cnf::{flow::Span, CnfConfig};
+    /// let cfg = CnfConfig::default();
+    /// let s = Span::towards_data(&cfg);
+    /// assert_eq!((s.from, s.to, s.dt), (cfg.t0, cfg.t1, cfg.dt0));
+    /// ```
+    pub fn towards_data(cfg: &CnfConfig) -> Span {
+        Span {
+            from: cfg.t0,
+            to: cfg.t1,
+            dt: cfg.dt0,
+        }
+    }
+}
+
+/// Solve one block's augmented state `z` over `span` with its constant step.
 pub fn block_solve<A: Real>(
     params: &CnfParams<A>,
     b: usize,
     n: usize,
     probes: Option<&[A]>,
-    from: f64,
-    to: f64,
-    dt: f64,
+    span: Span,
     z: &[A],
 ) -> Result<Vec<A>> {
-    block_solve_with(params, b, n, probes, (from, to, dt), z, Face::Fast)
+    block_solve_with(params, b, n, probes, span, z, Face::Fast)
 }
 
-/// [`block_solve`] (`span = (from, to, dt)`) with the chosen face: [`Face::Dfdx`] evaluates the
-/// field on dfdx's tape ([`TapedField`]) and steps with the dfdx Runge–Kutta face.
+/// [`block_solve`] with the chosen face: [`Face::Dfdx`] evaluates the field on dfdx's tape
+/// ([`TapedField`]) and steps with the dfdx Runge–Kutta face.
 fn block_solve_with<A: Real>(
     params: &CnfParams<A>,
     b: usize,
     n: usize,
     probes: Option<&[A]>,
-    (from, to, dt): (f64, f64, f64),
+    Span { from, to, dt }: Span,
     z: &[A],
     face: Face,
 ) -> Result<Vec<A>> {
@@ -288,7 +332,7 @@ fn log_likelihood_chunk<A: Real>(
     z.resize(n * (d + 1), A::zero());
     // blocks last to first, each integrated from t1 down to t0; delta carried across blocks
     for b in (0..cfg.blocks).rev() {
-        z = block_solve_with(params, b, n, probes, (cfg.t1, cfg.t0, -cfg.dt0), &z, face)?;
+        z = block_solve_with(params, b, n, probes, Span::towards_base(cfg), &z, face)?;
     }
     let lp: Vec<A> = (0..n)
         .map(|i| z[n * d + i] + log_normal(&z[i * d..(i + 1) * d]))
@@ -329,7 +373,7 @@ fn sample_chunk<A: Real>(
     let mut s = z.to_vec();
     s.resize(n * (d + 1), A::zero());
     for b in 0..cfg.blocks {
-        s = block_solve(params, b, n, probes, cfg.t0, cfg.t1, cfg.dt0, &s)?;
+        s = block_solve(params, b, n, probes, Span::towards_data(cfg), &s)?;
     }
     finite_or_error_from("sample", first * d, &s[..n * d])?;
     let lp: Vec<A> = (0..n)
@@ -507,7 +551,7 @@ fn chunk_loss_and_grad<A: Real, F: DiffField<A>>(
     let mut z = x.to_vec();
     z.resize(n * (d + 1), A::zero());
     for b in (1..cfg.blocks).rev() {
-        let next = block_solve(params, b, n, probes, cfg.t1, cfg.t0, -cfg.dt0, &z)?;
+        let next = block_solve(params, b, n, probes, Span::towards_base(cfg), &z)?;
         inputs.push(std::mem::replace(&mut z, next));
     }
     inputs.push(z);

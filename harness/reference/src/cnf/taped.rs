@@ -213,10 +213,10 @@ impl<A: Real> TrainBlock<A> {
             None => &mut work.scratch,
         };
         let transposed = &mut work.transposed;
-        field::forward(
-            &self.layout,
-            theta,
-            self.n,
+        field::forward(field::ForwardPass {
+            layout: &self.layout,
+            th: theta,
+            n: self.n,
             probes,
             t,
             y,
@@ -224,7 +224,7 @@ impl<A: Real> TrainBlock<A> {
             tr,
             kept,
             transposed,
-        );
+        });
     }
 }
 
@@ -234,17 +234,17 @@ impl<A: Real> ManualVjp<A> for TrainBlock<A> {
     }
     fn vjp_kept(&self, slot: usize, theta: &[A], fbar: &[A], ybar: &mut [A], thetabar: &mut [A]) {
         let work = &mut *self.work.borrow_mut();
-        adjoint::backward(
-            &self.layout,
-            theta,
-            self.n,
-            self.probes.as_deref(),
-            &work.kept[slot],
-            fbar,
+        adjoint::backward(adjoint::BackwardPass {
+            layout: &self.layout,
+            th: theta,
+            n: self.n,
+            probes: self.probes.as_deref(),
+            kept: &work.kept[slot],
+            bar: fbar,
             ybar,
-            thetabar,
-            &mut work.back,
-        );
+            thbar: thetabar,
+            sc: &mut work.back,
+        });
     }
 }
 

@@ -435,7 +435,7 @@ pub struct NsProblem<'a, A> {
 /// struct Short;
 /// impl PlannedNs for Short {
 ///     fn run<A: Real>(&self, p: &NsProblem<'_, A>, out: &mut [A]) -> usize {
-///         Planned.run(&NsProblem { steps: p.steps - 1, ..*p }, out)
+///         Planned.run(&NsProblem { steps: p.steps.saturating_sub(1), ..*p }, out)
 ///     }
 /// }
 /// ```

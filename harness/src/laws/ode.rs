@@ -7,7 +7,7 @@ use crate::backend::Real;
 use crate::ode::dfdx_step::{DfdxRkStep, DfdxStepOut};
 use crate::ode::fixtures::{Linear, LotkaVolterra};
 use crate::ode::grad::{self, DiffField, GradMode, Gradient};
-use crate::ode::stepper::RkStep;
+use crate::ode::stepper::{RkStep, StepSpan};
 use crate::ode::Integration;
 use crate::ode::Tableau;
 use crate::ode::{
@@ -1032,13 +1032,10 @@ impl StepSubject for FastStep {
         );
         let mut err = vec![A::zero(); n];
         rk.stages(
-            tprev,
-            tnext,
-            y,
+            StepSpan { tprev, tnext, y },
+            0..st,
             &mut ks,
             &mut z,
-            0,
-            st,
             &mut |_, t, z, k| field(t, z, k),
         );
         rk.combine(tnext - tprev, y, &ks, &z, &mut y1);

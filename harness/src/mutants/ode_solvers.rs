@@ -22,7 +22,7 @@
 
 use crate::backend::Real;
 use crate::laws::ode::{ReferenceSolve, SolveSubject};
-use crate::ode::stepper::RkStep;
+use crate::ode::stepper::{RkStep, StepSpan};
 use crate::ode::{solve, Controller, Integration, Solution, Stats, StepEvent, VectorField};
 use crate::reference::{Error, Result};
 use num_traits::Float;
@@ -218,7 +218,12 @@ fn hand_written<A: Real>(
         }
         let s_end = if s + h >= s1 { s1 } else { s + h };
         let dt = s_end - s;
-        rk.stages(s, s_end, &y, &mut ks, &mut z, 0, stages, &mut eval);
+        let span = StepSpan {
+            tprev: s,
+            tnext: s_end,
+            y: &y,
+        };
+        rk.stages(span, 0..stages, &mut ks, &mut z, &mut eval);
         if slip == Slip::StagesSummedBackward {
             let w = rk.output_weights();
             for m in 0..n {

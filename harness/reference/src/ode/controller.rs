@@ -465,6 +465,17 @@ impl<A: Real> PidRun<A> {
     }
 }
 
+/// What [`hairer_initial_step`] starts from: the solve's first time and state, its tolerances,
+/// and the error order `q` of its method.
+#[derive(Clone, Copy)]
+pub(crate) struct SolveStart<'a, A> {
+    pub t0: A,
+    pub y0: &'a [A],
+    pub rtol: A,
+    pub atol: A,
+    pub order: u32,
+}
+
 /// Hairer–Nørsett–Wanner's initial step (I, §II.4) exactly as diffrax writes it, for a method of
 /// error order `q`, with `scale = atol + |y0|*rtol`:
 /// `d0 = RMS(y0/scale)`, `d1 = RMS(f0/scale)`; `h0 = 1e-6` if `d0 < 1e-5` or `d1 < 1e-5`, else
@@ -475,18 +486,20 @@ impl<A: Real> PidRun<A> {
 /// `field` is the field in the solve's forward time (for a backward solve, the reversed field),
 /// so the probe step goes the way the solve goes. `f0`, `y1`, `f1` are scratch buffers of the
 /// state length. Returns a positive step, or NaN when the field is non-finite at `y0`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn hairer_initial_step<A: Real, F: VectorField<A> + ?Sized>(
     field: &F,
-    t0: A,
-    y0: &[A],
-    rtol: A,
-    atol: A,
-    q: u32,
+    start: SolveStart<'_, A>,
     f0: &mut [A],
     y1: &mut [A],
     f1: &mut [A],
 ) -> A {
+    let SolveStart {
+        t0,
+        y0,
+        rtol,
+        atol,
+        order: q,
+    } = start;
     let n = y0.len();
     field.eval(t0, y0, f0);
     let scale = |i: usize| atol + NF::abs(y0[i]) * rtol;
@@ -667,6 +680,17 @@ mod tests {
         assert_eq!(run.scaled_error(&[2.0], &[4.0], &[1.0]), 1.0 / 3.0);
     }
 
+    /// `t0 = 0`, `rtol = 1e-3`, `atol = 1e-6`, a fifth-order method.
+    fn decay_start(y0: &[f64]) -> SolveStart<'_, f64> {
+        SolveStart {
+            t0: 0.0,
+            y0,
+            rtol: 1e-3,
+            atol: 1e-6,
+            order: 5,
+        }
+    }
+
     #[test]
     fn hairer_initial_step_matches_a_hand_computation_on_decay() {
         // y' = -y, y0 = 1, rtol = 1e-3, atol = 1e-6, q = 5.
@@ -675,7 +699,7 @@ mod tests {
         // h1 = (0.01/max(d1, d2))^(1/5); result min(100*h0, h1).
         let f = |_t: f64, y: &[f64], dy: &mut [f64]| dy[0] = -y[0];
         let (mut a, mut b, mut c) = ([0.0], [0.0], [0.0]);
-        let h = hairer_initial_step(&f, 0.0, &[1.0], 1e-3, 1e-6, 5, &mut a, &mut b, &mut c);
+        let h = hairer_initial_step(&f, decay_start(&[1.0]), &mut a, &mut b, &mut c);
         let scale = 1e-6 + 1.0 * 1e-3;
         let d0 = 1.0 / scale;
         let d1 = 1.0 / scale;
@@ -690,7 +714,7 @@ mod tests {
         // d0 = 0 < 1e-5 -> h0 = 1e-6; f == 0 -> d2 = 0 -> h1 = max(1e-6, 1e-9) = 1e-6.
         let f = |_t: f64, _y: &[f64], dy: &mut [f64]| dy[0] = 0.0;
         let (mut a, mut b, mut c) = ([0.0], [0.0], [0.0]);
-        let h = hairer_initial_step(&f, 0.0, &[0.0], 1e-3, 1e-6, 5, &mut a, &mut b, &mut c);
+        let h = hairer_initial_step(&f, decay_start(&[0.0]), &mut a, &mut b, &mut c);
         assert_eq!(h, 1e-6);
     }
 }

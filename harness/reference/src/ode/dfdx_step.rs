@@ -188,7 +188,7 @@ pub fn scaled_error<A: Real>(y0: &[A], y1: &[A], y_err: &[A], rtol: A, atol: A) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ode::stepper::RkStep;
+    use crate::ode::stepper::{RkStep, StepSpan};
     use crate::ode::Solver;
 
     fn lotka(_t: f64, z: &[f64], k: &mut [f64]) {
@@ -206,7 +206,12 @@ mod tests {
             let (mut ks, mut z, mut y1, mut err) =
                 (vec![0.0; 2 * st], [0.0; 2], [0.0; 2], [0.0; 2]);
             let mut f = |_i: usize, t: f64, z: &[f64], k: &mut [f64]| lotka(t, z, k);
-            fast.stages(t0, t1, &y, &mut ks, &mut z, 0, st, &mut f);
+            let span = StepSpan {
+                tprev: t0,
+                tnext: t1,
+                y: &y,
+            };
+            fast.stages(span, 0..st, &mut ks, &mut z, &mut f);
             fast.combine(t1 - t0, &y, &ks, &z, &mut y1);
             let has_err = fast.error(t1 - t0, &ks, &mut err);
             let out = face.step(t0, t1, &y, None, &mut lotka);

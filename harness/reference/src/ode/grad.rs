@@ -74,7 +74,7 @@ use super::fixtures::{Linear, LotkaVolterra};
 use super::problem::VectorField;
 use super::solve::Integration;
 use super::solve::{solve_observed, SolveOptions};
-use super::stepper::RkStep;
+use super::stepper::{RkStep, StepSpan};
 use super::tableau::Tableau;
 use super::Controller;
 use crate::backend::{
@@ -544,13 +544,10 @@ impl<'a, A: Real, F: DiffField<A> + ?Sized> Stepper<'a, A, F> {
         let (field, theta) = (self.field, self.theta);
         let st = self.rk.stages_len();
         self.rk.stages(
-            tprev,
-            tnext,
-            y,
+            StepSpan { tprev, tnext, y },
+            0..st,
             &mut self.fs,
             &mut self.ytmp,
-            0,
-            st,
             &mut |_, t, z, k| field.eval(t, z, theta, k),
         );
         self.rk
@@ -635,13 +632,10 @@ fn step_vjp_manual<A: Real>(
     // Stages evaluated: all but an FSAL tableau's last.
     let evaluated = rk.evaluated_for_state();
     rk.stages(
-        tprev,
-        tnext,
-        y,
+        StepSpan { tprev, tnext, y },
+        0..evaluated,
         &mut ks,
         &mut z,
-        0,
-        evaluated,
         &mut |i, t, z, k| m.eval_kept(i, t, z, theta, k),
     );
     // Cotangents of the stage derivatives from y' (y's own path: ybar = lambda).

@@ -30,12 +30,12 @@
 //! - Ch. Tsitouras (2011); J. R. Dormand, P. J. Prince (1980) — see `tableau.rs`.
 
 use super::controller::{
-    hairer_initial_step, ConstantRun, Controller, Decision, InitialStep, PidRun,
+    hairer_initial_step, ConstantRun, Controller, Decision, InitialStep, PidRun, SolveStart,
 };
 use super::dfdx_step::{self, DfdxRkStep};
 use super::numerics::{minus_100_ulps, nan_min};
 use super::problem::{Reversed, VectorField};
-use super::stepper::RkStep;
+use super::stepper::{RkStep, StepSpan};
 use super::tableau::Tableau;
 use crate::backend::{Float, Real};
 use crate::error::ensure;
@@ -376,17 +376,14 @@ fn run_in<A: Real, G: VectorField<A> + ?Sized, const DFDX: bool>(
                 (None, InitialStep::Diffrax0p01) => A::of_f64(0.01),
                 (None, InitialStep::Hairer) => {
                     // `yerr` is free scratch until the first error estimate.
-                    let h = hairer_initial_step(
-                        g,
-                        s0,
-                        &y,
-                        A::of_f64(p.rtol),
-                        A::of_f64(p.atol),
-                        tab.order(),
-                        &mut fs[..n],
-                        &mut ytmp,
-                        &mut yerr,
-                    );
+                    let start = SolveStart {
+                        t0: s0,
+                        y0: &y,
+                        rtol: A::of_f64(p.rtol),
+                        atol: A::of_f64(p.atol),
+                        order: tab.order(),
+                    };
+                    let h = hairer_initial_step(g, start, &mut fs[..n], &mut ytmp, &mut yerr);
                     // fs[0] now holds f(s0, y0): reuse it as the first stage.
                     f0_valid = true;
                     h
@@ -413,21 +410,17 @@ fn run_in<A: Real, G: VectorField<A> + ?Sized, const DFDX: bool>(
         let dt = tnext - tprev;
         // f0 is already in fs[0] after an accepted FSAL step or the initial-step selection
         let first = usize::from(f0_valid);
+        let span = StepSpan {
+            tprev,
+            tnext,
+            y: &y,
+        };
         if let Some(face) = &face {
-            dfdx_face_step(
-                face, g, tprev, tnext, &y, first, &mut fs, &mut y1, &mut yerr,
-            );
+            dfdx_face_step(face, g, span, first, &mut fs, &mut y1, &mut yerr);
         } else {
-            rk.stages(
-                tprev,
-                tnext,
-                &y,
-                &mut fs,
-                &mut ytmp,
-                first,
-                st,
-                &mut |_, t, z, k| g.eval(t, z, k),
-            );
+            rk.stages(span, first..st, &mut fs, &mut ytmp, &mut |_, t, z, k| {
+                g.eval(t, z, k)
+            });
             rk.combine(dt, &y, &fs, &ytmp, &mut y1);
             rk.error(dt, &fs, &mut yerr);
         }
@@ -488,19 +481,18 @@ fn run_in<A: Real, G: VectorField<A> + ?Sized, const DFDX: bool>(
 }
 
 /// One step of the dfdx face into the solve's buffers: the stage derivatives into `fs`, the new
-/// state into `y1`, the embedded error (when the tableau has one) into `yerr`.
-#[allow(clippy::too_many_arguments)]
+/// state into `y1`, the embedded error (when the tableau has one) into `yerr`; `first == 1`
+/// reuses the `k_0` already in `fs`.
 fn dfdx_face_step<A: Real, G: VectorField<A> + ?Sized>(
     face: &DfdxRkStep<A>,
     g: &G,
-    tprev: A,
-    tnext: A,
-    y: &[A],
+    span: StepSpan<'_, A>,
     first: usize,
     fs: &mut [A],
     y1: &mut [A],
     yerr: &mut [A],
 ) {
+    let StepSpan { tprev, tnext, y } = span;
     let n = y.len();
     let k0 = (first == 1).then(|| &fs[..n]);
     let out = face.step(tprev, tnext, y, k0, &mut |t, z, k| g.eval(t, z, k));
@@ -831,17 +823,14 @@ mod tests {
         )
         .unwrap();
         let (mut a, mut b, mut c) = ([0.0], [0.0], [0.0]);
-        let h = crate::ode::controller::hairer_initial_step(
-            &ed,
-            0.0,
-            &[1.0],
-            1e-3,
-            1e-6,
-            5,
-            &mut a,
-            &mut b,
-            &mut c,
-        );
+        let start = crate::ode::controller::SolveStart {
+            t0: 0.0,
+            y0: &[1.0],
+            rtol: 1e-3,
+            atol: 1e-6,
+            order: 5,
+        };
+        let h = crate::ode::controller::hairer_initial_step(&ed, start, &mut a, &mut b, &mut c);
         assert_eq!(sol.ts[0], h);
         assert_ne!(h, 0.01);
     }

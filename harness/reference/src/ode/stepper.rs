@@ -21,19 +21,33 @@
 //! - P. Kidger, diffrax 0.7.2 `_solver/runge_kutta.py` (the `c_i == 1` rule; FSAL as "SSAL").
 //!
 //! ```
-//! use harness_reference::ode::{stepper::RkStep, Solver};
+//! use harness_reference::ode::{stepper::{RkStep, StepSpan}, Solver};
 //! // One Heun step of y' = -y from y = 1 over [0, 0.1]:
 //! // k_0 = -1, z_1 = 1 - 0.1, k_1 = -0.9, y' = 1 + 0.5 (0.1 (-1)) + 0.5 (0.1 (-0.9)) = 0.905
 //! let step = RkStep::<f64>::new(&Solver::Heun.tableau());
 //! let (mut ks, mut z, mut y1) = (vec![0.0; 2], vec![0.0; 1], vec![0.0; 1]);
 //! let mut f = |_i: usize, _t: f64, z: &[f64], k: &mut [f64]| k[0] = -z[0];
-//! step.stages(0.0, 0.1, &[1.0], &mut ks, &mut z, 0, step.stages_len(), &mut f);
+//! let span = StepSpan { tprev: 0.0, tnext: 0.1, y: &[1.0] };
+//! step.stages(span, 0..step.stages_len(), &mut ks, &mut z, &mut f);
 //! step.combine(0.1, &[1.0], &ks, &z, &mut y1);
 //! assert!((y1[0] - 0.905).abs() < 1e-15);
 //! ```
 
 use super::tableau::Tableau;
 use crate::backend::Real;
+use std::ops::Range;
+
+/// One step's span: from the state `y` at `tprev` to `tnext` (`dt = tnext - tprev`, negative
+/// for a solve backwards in time).
+#[derive(Debug, Clone, Copy)]
+pub struct StepSpan<'a, A> {
+    /// The time the step starts at.
+    pub tprev: A,
+    /// The time the step ends at.
+    pub tnext: A,
+    /// The state at `tprev`.
+    pub y: &'a [A],
+}
 
 /// A tableau's coefficients in the arithmetic type `A`, and the step built from them.
 #[derive(Debug, Clone)]
@@ -110,25 +124,22 @@ impl<A: Real> RkStep<A> {
         }
     }
 
-    /// Evaluate stages `first..last` of the step from `(tprev, y)` to `tnext`: for each, the input
-    /// `z_i` (left in `z`) and `eval(i, t_i, z_i, k_i)` writing the derivative into `ks[i]`.
-    /// Stage 0's input is `y` itself; `first = 1` reuses a `k_0` already in `ks` (FSAL, or the
-    /// first evaluation of the initial-step selection).
-    #[allow(clippy::too_many_arguments)]
+    /// Evaluate the stages `which` (a range of stage indices) of the step `span`: for each, the
+    /// input `z_i` (left in `z`) and `eval(i, t_i, z_i, k_i)` writing the derivative into
+    /// `ks[i]`. Stage 0's input is `y` itself; a range from 1 reuses a `k_0` already in `ks`
+    /// (FSAL, or the first evaluation of the initial-step selection).
     pub fn stages(
         &self,
-        tprev: A,
-        tnext: A,
-        y: &[A],
+        span: StepSpan<'_, A>,
+        which: Range<usize>,
         ks: &mut [A],
         z: &mut [A],
-        first: usize,
-        last: usize,
         eval: &mut impl FnMut(usize, A, &[A], &mut [A]),
     ) {
+        let StepSpan { tprev, tnext, y } = span;
         let n = y.len();
         let dt = tnext - tprev;
-        for i in first..last {
+        for i in which {
             let t = self.stage_time(i, tprev, tnext);
             let (done, rest) = ks.split_at_mut(i * n);
             if i == 0 {

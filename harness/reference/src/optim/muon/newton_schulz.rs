@@ -312,14 +312,17 @@ impl<A: Real> NsPlan<A> {
             // A = X X^T (upper triangle), each tile mirrored and scaled into cA by the thread
             // that computed it, while it is in that thread's cache
             let ca = PartsPtr::new(self.ca.as_mut_ptr());
+            let gram = Symmetric {
+                l: &self.x,
+                rt: &self.xt,
+                m,
+                k: n,
+            };
             sym_product(
                 &mut self.pool,
                 &self.tiles,
+                gram,
                 &mut self.a,
-                &self.x,
-                &self.xt,
-                m,
-                n,
                 // SAFETY: tiles and their mirror images are disjoint (the tiles cover the upper
                 // triangle once), so each call alone touches its tile's elements of A and CA
                 // and their mirror images
@@ -328,14 +331,17 @@ impl<A: Real> NsPlan<A> {
             // B = b A + (c A) A, with (c A) A = (c A) A^T: A is its own transpose; each tile
             // combined with b A and mirrored likewise
             let am = &self.a[..];
+            let square = Symmetric {
+                l: &self.ca,
+                rt: am,
+                m,
+                k: m,
+            };
             sym_product(
                 &mut self.pool,
                 &self.tiles,
+                square,
                 &mut self.b,
-                &self.ca,
-                am,
-                m,
-                m,
                 // SAFETY: as above, for B; A is only read
                 &|t, bm| unsafe { ns_passes::mirror_combine_tile(bm, am, b, m, t) },
             );
@@ -383,21 +389,27 @@ impl<A: Real> NsPlan<A> {
     }
 }
 
-/// `dst (m x m) = L R^T` for row-major `L` (`m x k`), given `rt = R^T` row-major (`k x m`), when
-/// the product is known to be symmetric (`X X^T`, or `(cA) A` with `A` symmetric): only the
-/// upper-triangle `tiles` are computed, each followed on its thread by `then` (which mirrors
-/// it: [`ns_passes`]), so the result is exactly symmetric.
-#[allow(clippy::too_many_arguments)]
+/// The operands of a product `L R^T` known to be symmetric (`X X^T`, or `(cA) A` with `A`
+/// symmetric): `l` row-major `m x k`, and `rt = R^T` row-major `k x m`.
+#[derive(Clone, Copy)]
+struct Symmetric<'a, A> {
+    l: &'a [A],
+    rt: &'a [A],
+    m: usize,
+    k: usize,
+}
+
+/// `dst (m x m) = L R^T` for a [`Symmetric`] product: only the upper-triangle `tiles` are
+/// computed, each followed on its thread by `then` (which mirrors it: [`ns_passes`]), so the
+/// result is exactly symmetric.
 fn sym_product<A: Real>(
     pool: &mut Pool,
     tiles: &[Tile],
+    p: Symmetric<'_, A>,
     dst: &mut [A],
-    l: &[A],
-    rt: &[A],
-    m: usize,
-    k: usize,
     then: &(dyn Fn(&Tile, PartsPtr<A>) + Sync),
 ) {
+    let Symmetric { l, rt, m, k } = p;
     gemm_tiles_pooled(
         pool,
         tiles,

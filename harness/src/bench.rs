@@ -150,6 +150,118 @@ impl Bracket {
 /// agree within 1-2% on the benchmark host; its two states differ by 10-20%.
 pub const HOST_DRIFT_RATIO: f64 = 1.05;
 
+/// The machine a run measured, recorded beside its figures (`"host"` in the JSON, a line under
+/// the table): a figure is a reading of one machine, and two runs of the same command on two
+/// kinds of machine (a cloud host can change kind between two sessions) are not comparable.
+///
+/// ```
+/// use harness::bench::Host;
+/// let h = Host::this();
+/// assert!(h.logical_cpus >= 1);
+/// assert!(["avx512", "avx2", "portable"].contains(&h.simd.as_str()));
+/// assert_eq!(h.arch, std::env::consts::ARCH);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Host {
+    /// The CPU model the operating system reports ([`cpu_model`] of Linux's `/proc/cpuinfo`), or
+    /// `unknown`.
+    pub cpu: String,
+    /// Logical CPUs this process may run on (`std::thread::available_parallelism`).
+    pub logical_cpus: usize,
+    /// The widest vector instructions the kernels run at ([`crate::backend::Simd::best`]):
+    /// `avx512`, `avx2` or `portable`.
+    pub simd: String,
+    /// The architecture the binary was built for (`std::env::consts::ARCH`).
+    pub arch: String,
+}
+
+impl Host {
+    /// This machine, as the process sees it now.
+    pub fn this() -> Host {
+        use crate::backend::Simd;
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|text| cpu_model(&text))
+            .unwrap_or_else(|| "unknown".into());
+        Host {
+            cpu,
+            logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            simd: match Simd::best() {
+                Simd::Avx512 => "avx512",
+                Simd::Avx2 => "avx2",
+                Simd::Portable => "portable",
+            }
+            .into(),
+            arch: std::env::consts::ARCH.into(),
+        }
+    }
+}
+
+/// The CPU model named in the text of Linux's `/proc/cpuinfo`: the value of the first
+/// `model name` line (x86), else of the first `Hardware` line (some ARM kernels), with runs of
+/// white space collapsed; `None` when neither is there or the value is empty.
+///
+/// ```
+/// use harness::bench::cpu_model;
+/// let text = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R)  Processor @ 2.50GHz\nflags\t: fpu\n";
+/// assert_eq!(cpu_model(text).as_deref(), Some("Intel(R) Xeon(R) Processor @ 2.50GHz"));
+/// assert_eq!(cpu_model("no such field"), None);
+/// ```
+pub fn cpu_model(cpuinfo: &str) -> Option<String> {
+    let value_of = |key: &str| {
+        cpuinfo.lines().find_map(|line| {
+            let (k, v) = line.split_once(':')?;
+            (k.trim() == key).then(|| v.split_whitespace().collect::<Vec<_>>().join(" "))
+        })
+    };
+    ["model name", "Hardware"]
+        .into_iter()
+        .filter_map(value_of)
+        .find(|v| !v.is_empty())
+}
+
+/// A limit read on both sides of its figures ([`Bracket`]) whose readings are further apart than
+/// [`HOST_DRIFT_RATIO`]: the host changed speed during the figures it bounds.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MovedLimit {
+    /// The limit figure's name.
+    pub name: String,
+    /// Its reading just before its figures.
+    pub before: f64,
+    /// Its reading just after.
+    pub after: f64,
+    /// [`Bracket::drift`]: the faster reading over the slower (infinite, written `null`, when a
+    /// reading is not a positive number).
+    pub drift: f64,
+}
+
+/// Every bracketed limit among `figures` that moved by more than [`HOST_DRIFT_RATIO`], in the
+/// order of the figures. An empty list is what a quiet machine gives; each entry is one limit
+/// whose ratios the run cannot vouch for (they also say `LIMIT MOVED`, see [`attach_limits`]).
+///
+/// ```
+/// use harness::bench::{moved_limits, Bracket, Figure};
+/// let steady = Figure::bracketed("a_gflops", Bracket { before: 100.0, after: 102.0 }, "GFLOP/s");
+/// let moved = Figure::bracketed("b_gflops", Bracket { before: 100.0, after: 150.0 }, "GFLOP/s");
+/// let m = moved_limits(&[steady, moved]);
+/// assert_eq!(m.len(), 1);
+/// assert_eq!((m[0].name.as_str(), m[0].drift), ("b_gflops", 1.5));
+/// ```
+pub fn moved_limits(figures: &[Figure]) -> Vec<MovedLimit> {
+    figures
+        .iter()
+        .filter_map(|f| {
+            let b = f.bracket?;
+            (b.drift() > HOST_DRIFT_RATIO).then(|| MovedLimit {
+                name: f.name.clone(),
+                before: b.before,
+                after: b.after,
+                drift: b.drift(),
+            })
+        })
+        .collect()
+}
+
 impl Figure {
     /// A figure with only its name, value and unit (what `bench AREA` reports).
     pub fn new(name: &str, value: f64, unit: &str) -> Figure {
@@ -1609,6 +1721,49 @@ pub fn cnf_chunk_gemm_gflops<A: crate::backend::Real>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_model_takes_the_first_named_model_and_nothing_from_text_without_one() {
+        let two = "model name\t: First  CPU\nmodel name\t: Second CPU\n";
+        assert_eq!(cpu_model(two).as_deref(), Some("First CPU"));
+        // ARM kernels that name no model but the board
+        let arm = "processor\t: 0\nBogoMIPS\t: 50.00\nHardware\t: Board X\n";
+        assert_eq!(cpu_model(arm).as_deref(), Some("Board X"));
+        // an empty model name falls through to the next key, or to nothing
+        assert_eq!(
+            cpu_model("model name\t:   \nHardware: B\n").as_deref(),
+            Some("B")
+        );
+        for text in [
+            "",
+            "model name",
+            "model name\t:\n",
+            "\u{0}:\u{0}",
+            "modelname: X",
+        ] {
+            assert_eq!(cpu_model(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn moved_limits_lists_each_bracketed_limit_beyond_the_drift_ratio_and_no_other() {
+        let b = |before, after| Bracket { before, after };
+        let figures = [
+            Figure::bracketed("steady", b(100.0, 104.9), "GFLOP/s"),
+            Figure::bracketed("slower_after", b(100.0, 80.0), "GFLOP/s"),
+            fig("unbracketed", 1.0, "GB/s"),
+            Figure::bracketed("nan_reading", b(f64::NAN, 10.0), "GB/s"),
+            Figure::bracketed("faster_after", b(100.0, 106.0), "GB/s"),
+        ];
+        let m = moved_limits(&figures);
+        let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["slower_after", "nan_reading", "faster_after"]);
+        assert_eq!((m[0].before, m[0].after, m[0].drift), (100.0, 80.0, 1.25));
+        assert!(m[1].drift.is_infinite());
+        // the JSON writes an infinite drift as null, not as an invalid token
+        let v = serde_json::to_value(&m[1]).unwrap();
+        assert!(v["drift"].is_null(), "{v}");
+    }
 
     #[test]
     fn limits_come_from_figures_of_the_same_run() {

@@ -715,13 +715,17 @@ fn bench(
     for s in skipped.iter().flatten() {
         println!("note: {s}");
     }
+    let host = crate::bench::Host::this();
+    let moved = crate::bench::moved_limits(&figures);
+    print_host(&host, &figures, &moved);
     if against.is_some() {
         print_against(&figures);
     }
-    let doc = match &skipped {
-        Some(s) => serde_json::json!({"area": "all", "figures": figures, "skipped": s}),
-        None => serde_json::json!({"area": area, "figures": figures}),
-    };
+    let mut doc = serde_json::json!({"area": area, "host": host, "figures": figures,
+        "moved_limits": moved});
+    if let Some(s) = &skipped {
+        doc["skipped"] = serde_json::json!(s);
+    }
     save(json, &doc)?;
     Ok(upstream_ok)
 }
@@ -861,6 +865,46 @@ fn print_against(figures: &[crate::bench::Figure]) {
     }
     print!("{}", t.render());
     println!("ours vs upstream: above 1 means ours is faster (rates: ours / upstream; times: upstream / ours)");
+}
+
+/// The machine the figures were measured on, and whether the limits read on both sides of their
+/// figures held still.
+fn print_host(
+    host: &crate::bench::Host,
+    figures: &[crate::bench::Figure],
+    moved: &[crate::bench::MovedLimit],
+) {
+    println!(
+        "host: {}, {} logical CPUs, {} ({})",
+        host.cpu, host.logical_cpus, host.simd, host.arch
+    );
+    let bracketed = figures.iter().filter(|f| f.bracket.is_some()).count();
+    if bracketed == 0 {
+        return;
+    }
+    let pct = (crate::bench::HOST_DRIFT_RATIO - 1.0) * 100.0;
+    if moved.is_empty() {
+        println!(
+            "limits read before and after their figures: {bracketed}, none moved by more than \
+             {pct:.0}%"
+        );
+    } else {
+        let list: Vec<String> = moved
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} {:.1} -> {:.1} ({:.2}x)",
+                    m.name, m.before, m.after, m.drift
+                )
+            })
+            .collect();
+        println!(
+            "limits read before and after their figures: {bracketed}, {} moved by more than \
+             {pct:.0}% ({}): the ratios that use them are not a quiet-machine reading",
+            moved.len(),
+            list.join(", ")
+        );
+    }
 }
 
 /// Every area in one table, each figure against the limit measured in the same run.

@@ -387,6 +387,42 @@ fn every_option_is_described_and_there_is_a_version() {
 }
 
 #[test]
+fn bench_json_records_the_host_and_the_limits_that_moved() {
+    let d = scratch("bench-host");
+    let out = harness()
+        .current_dir(&d)
+        .args(["bench", "muon", "--quick", "--json", "m.json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("m.json")).unwrap()).unwrap();
+    let host = harness::bench::Host::this();
+    assert_eq!(v["host"], serde_json::to_value(&host).unwrap());
+    assert!(stdout.contains(&format!(
+        "host: {}, {} logical CPUs",
+        host.cpu, host.logical_cpus
+    )));
+    // muon reads one limit on both sides of its figures; it is listed exactly when it moved
+    let gemm = v["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "gemm_1024_gflops")
+        .unwrap();
+    let (before, after) = (
+        gemm["bracket"]["before"].as_f64().unwrap(),
+        gemm["bracket"]["after"].as_f64().unwrap(),
+    );
+    let moved = before.max(after) / before.min(after) > harness::bench::HOST_DRIFT_RATIO;
+    let listed = v["moved_limits"].as_array().unwrap();
+    assert_eq!(listed.len(), usize::from(moved), "{v}");
+    assert!(stdout.contains("limits read before and after their figures: 1, "));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn bench_scaling_quick_writes_its_json_and_svg_and_refuses_bad_outputs() {
     let d = scratch("scaling");
     // an unwritable --svg, and --svg on an area that draws nothing: refused before any timing

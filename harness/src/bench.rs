@@ -197,6 +197,17 @@ impl Host {
     }
 }
 
+impl std::fmt::Display for Host {
+    /// `cpu, N logical CPUs, simd (arch)`, as the bench's text output prints it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}, {} logical CPUs, {} ({})",
+            self.cpu, self.logical_cpus, self.simd, self.arch
+        )
+    }
+}
+
 /// The CPU model named in the text of Linux's `/proc/cpuinfo`: the value of the first
 /// `model name` line (x86), else of the first `Hardware` line (some ARM kernels), with runs of
 /// white space collapsed; `None` when neither is there or the value is empty.

@@ -787,7 +787,11 @@ fn bench_scaling(quick: bool, json: Option<PathBuf>, svg: Option<PathBuf>) -> Ou
          least squares on log-log; {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    save(json, &s)?;
+    let host = crate::bench::Host::this();
+    println!("host: {host}");
+    let mut doc = serde_json::to_value(&s).map_err(|e| Usage(e.to_string()))?;
+    doc["host"] = serde_json::json!(host);
+    save(json, &doc)?;
     if let Some(path) = &svg {
         crate::report::output::write_atomic(path, scaling::svg(&s).as_bytes())
             .map_err(|e| Usage(format!("--svg {}: {e}", path.display())))?;
@@ -874,10 +878,7 @@ fn print_host(
     figures: &[crate::bench::Figure],
     moved: &[crate::bench::MovedLimit],
 ) {
-    println!(
-        "host: {}, {} logical CPUs, {} ({})",
-        host.cpu, host.logical_cpus, host.simd, host.arch
-    );
+    println!("host: {host}");
     let bracketed = figures.iter().filter(|f| f.bracket.is_some()).count();
     if bracketed == 0 {
         return;

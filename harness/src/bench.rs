@@ -168,8 +168,9 @@ pub struct Host {
     pub cpu: String,
     /// Logical CPUs this process may run on (`std::thread::available_parallelism`).
     pub logical_cpus: usize,
-    /// The widest vector instructions the kernels run at ([`crate::backend::Simd::best`]):
-    /// `avx512`, `avx2` or `portable`.
+    /// The widest vector instructions the workspace's own kernels run at
+    /// ([`crate::backend::Simd::best`]): `avx512`, `avx2` or `portable` (the `gemm` crate's
+    /// products, `gemm_1024_gflops` among them, choose their own).
     pub simd: String,
     /// The architecture the binary was built for (`std::env::consts::ARCH`).
     pub arch: String,
@@ -241,14 +242,15 @@ pub struct MovedLimit {
     pub before: f64,
     /// Its reading just after.
     pub after: f64,
-    /// [`Bracket::drift`]: the faster reading over the slower (infinite, written `null`, when a
-    /// reading is not a positive number).
+    /// [`Bracket::drift`]: the faster reading over the slower (infinite, written `null` like
+    /// any non-finite reading, when a reading is not a finite positive number).
     pub drift: f64,
 }
 
 /// Every bracketed limit among `figures` that moved by more than [`HOST_DRIFT_RATIO`], in the
 /// order of the figures. An empty list is what a quiet machine gives; each entry is one limit
-/// whose ratios the run cannot vouch for (they also say `LIMIT MOVED`, see [`attach_limits`]).
+/// whose ratios the run cannot vouch for (in `bench all`, [`attach_limits`] also appends
+/// `LIMIT MOVED` to every figure computed from it; a single area attaches no limits).
 ///
 /// ```
 /// use harness::bench::{moved_limits, Bracket, Figure};
@@ -271,6 +273,44 @@ pub fn moved_limits(figures: &[Figure]) -> Vec<MovedLimit> {
             })
         })
         .collect()
+}
+
+/// The line `bench` prints under its table about the `bracketed` limits of a run (limits read
+/// before and after their figures) and those of them that `moved` ([`moved_limits`]); `None`
+/// when the run read no limit that way.
+///
+/// ```
+/// use harness::bench::moved_summary;
+/// assert_eq!(moved_summary(0, &[]), None);
+/// assert_eq!(
+///     moved_summary(6, &[]).as_deref(),
+///     Some("limits read before and after their figures: 6, none moved by more than 5%")
+/// );
+/// ```
+pub fn moved_summary(bracketed: usize, moved: &[MovedLimit]) -> Option<String> {
+    if bracketed == 0 {
+        return None;
+    }
+    let pct = (HOST_DRIFT_RATIO - 1.0) * 100.0;
+    let head = format!("limits read before and after their figures: {bracketed}");
+    if moved.is_empty() {
+        return Some(format!("{head}, none moved by more than {pct:.0}%"));
+    }
+    let list: Vec<String> = moved
+        .iter()
+        .map(|m| {
+            format!(
+                "{} {:.1} -> {:.1} ({:.2}x)",
+                m.name, m.before, m.after, m.drift
+            )
+        })
+        .collect();
+    Some(format!(
+        "{head}, {} moved by more than {pct:.0}% ({}): the ratios that use them are not a \
+         quiet-machine reading",
+        moved.len(),
+        list.join(", ")
+    ))
 }
 
 impl Figure {
@@ -1754,6 +1794,80 @@ mod tests {
         ] {
             assert_eq!(cpu_model(text), None, "{text:?}");
         }
+    }
+
+    #[test]
+    fn the_host_record_agrees_with_what_the_system_says_directly() {
+        let h = Host::this();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(h.logical_cpus, threads);
+        assert_eq!(h.arch, std::env::consts::ARCH);
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx512 = ["avx512f", "avx512dq", "avx512vl", "fma"];
+            let has = |f: &str| match f {
+                "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
+                "avx512dq" => std::arch::is_x86_feature_detected!("avx512dq"),
+                "avx512vl" => std::arch::is_x86_feature_detected!("avx512vl"),
+                "avx2" => std::arch::is_x86_feature_detected!("avx2"),
+                _ => std::arch::is_x86_feature_detected!("fma"),
+            };
+            let want = if avx512.iter().all(|f| has(f)) {
+                "avx512"
+            } else if has("avx2") && has("fma") {
+                "avx2"
+            } else {
+                "portable"
+            };
+            assert_eq!(h.simd, want);
+        }
+        // on Linux x86 the model is the text after the first `model name` line's colon
+        if let Ok(text) = std::fs::read_to_string("/proc/cpuinfo") {
+            if let Some(line) = text.lines().find(|l| l.starts_with("model name")) {
+                let raw = line.split_once(':').unwrap().1;
+                assert_eq!(
+                    h.cpu.split_whitespace().collect::<Vec<_>>(),
+                    raw.split_whitespace().collect::<Vec<_>>()
+                );
+                assert!(!h.cpu.is_empty() && h.cpu != "unknown");
+            }
+        }
+    }
+
+    #[test]
+    fn the_moved_summary_names_every_moved_limit_with_its_readings() {
+        let moved = moved_limits(&[
+            Figure::bracketed(
+                "gemm_1024_gflops",
+                Bracket {
+                    before: 77.8,
+                    after: 109.0,
+                },
+                "GFLOP/s",
+            ),
+            Figure::bracketed(
+                "fresh_write_gbps",
+                Bracket {
+                    before: 3.0,
+                    after: 3.01,
+                },
+                "GB/s",
+            ),
+            Figure::bracketed(
+                "cache_stream_65536_gbps",
+                Bracket {
+                    before: 110.6,
+                    after: 96.8,
+                },
+                "GB/s",
+            ),
+        ]);
+        assert_eq!(
+            moved_summary(3, &moved).unwrap(),
+            "limits read before and after their figures: 3, 2 moved by more than 5% \
+             (gemm_1024_gflops 77.8 -> 109.0 (1.40x), cache_stream_65536_gbps 110.6 -> 96.8 \
+             (1.14x)): the ratios that use them are not a quiet-machine reading"
+        );
     }
 
     #[test]

@@ -787,11 +787,8 @@ fn bench_scaling(quick: bool, json: Option<PathBuf>, svg: Option<PathBuf>) -> Ou
          least squares on log-log; {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let host = crate::bench::Host::this();
-    println!("host: {host}");
-    let mut doc = serde_json::to_value(&s).map_err(|e| Usage(e.to_string()))?;
-    doc["host"] = serde_json::json!(host);
-    save(json, &doc)?;
+    println!("host: {}", s.host);
+    save(json, &s)?;
     if let Some(path) = &svg {
         crate::report::output::write_atomic(path, scaling::svg(&s).as_bytes())
             .map_err(|e| Usage(format!("--svg {}: {e}", path.display())))?;
@@ -880,31 +877,8 @@ fn print_host(
 ) {
     println!("host: {host}");
     let bracketed = figures.iter().filter(|f| f.bracket.is_some()).count();
-    if bracketed == 0 {
-        return;
-    }
-    let pct = (crate::bench::HOST_DRIFT_RATIO - 1.0) * 100.0;
-    if moved.is_empty() {
-        println!(
-            "limits read before and after their figures: {bracketed}, none moved by more than \
-             {pct:.0}%"
-        );
-    } else {
-        let list: Vec<String> = moved
-            .iter()
-            .map(|m| {
-                format!(
-                    "{} {:.1} -> {:.1} ({:.2}x)",
-                    m.name, m.before, m.after, m.drift
-                )
-            })
-            .collect();
-        println!(
-            "limits read before and after their figures: {bracketed}, {} moved by more than \
-             {pct:.0}% ({}): the ratios that use them are not a quiet-machine reading",
-            moved.len(),
-            list.join(", ")
-        );
+    if let Some(line) = crate::bench::moved_summary(bracketed, moved) {
+        println!("{line}");
     }
 }
 

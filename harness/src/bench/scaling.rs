@@ -219,6 +219,8 @@ pub fn caches() -> Vec<Cache> {
 pub struct Scaling {
     /// Always `scaling`.
     pub area: String,
+    /// The machine measured ([`super::Host`]).
+    pub host: super::Host,
     /// Whether the run was `--quick` (fewer sizes and repetitions).
     pub quick: bool,
     /// Rayon threads the kernels ran on.
@@ -315,6 +317,7 @@ pub fn run(quick: bool, mut on_kernel: impl FnMut(&str)) -> Result<Scaling> {
     kernels.push(stack(&plan)?);
     Ok(Scaling {
         area: "scaling".into(),
+        host: super::Host::this(),
         quick,
         threads: rayon::current_num_threads(),
         caches: caches(),
@@ -653,7 +656,14 @@ fn marks(s: &Scaling, k: &ScalingKernel) -> Vec<(f64, String)> {
 ///     (4..=10).map(|e| { let n = (1 << e) as f64; (n, 1e-9 * n, Some(5e-10 * n)) }).collect(),
 ///     "a limit",
 /// );
-/// let s = Scaling { area: "scaling".into(), quick: true, threads: 2, caches: vec![], kernels: vec![k] };
+/// let s = Scaling {
+///     area: "scaling".into(),
+///     host: harness::bench::Host::this(),
+///     quick: true,
+///     threads: 2,
+///     caches: vec![],
+///     kernels: vec![k],
+/// };
 /// let doc = svg(&s);
 /// assert!(doc.contains("a&lt;b") && doc.contains("b = 1.00"));
 /// ```
@@ -859,6 +869,7 @@ mod tests {
         );
         let s = Scaling {
             area: "scaling".into(),
+            host: crate::bench::Host::this(),
             quick: true,
             threads: 2,
             caches: vec![Cache {

@@ -1,7 +1,9 @@
 //! `harness bench AREA`: the reference timed against the physical limit measured in the same run.
 //!
 //! A limit is read beside the figure it bounds: the fused steps' before each repetition, the
-//! others just before and just after their figures ([`Bracket`]), the faster reading counting.
+//! others just before and just after their figures ([`Bracket`]), the faster reading counting;
+//! a bracket whose two readings moved apart is read again, up to [`SETTLE_ROUNDS`] times in all,
+//! and the steadiest kept ([`Bracket::settled`]).
 //!
 //! Figures (names from `docs/CLI.md`, stable; times are medians over repetitions):
 //! - area `optim`: `copy_bandwidth_gbps`, `adam_fused_16m_gbps`, `radam_fused_16m_gbps`,
@@ -94,7 +96,8 @@ pub struct Figure {
 /// on both sides, the limit is the faster reading ([`Bracket::limit`]: the best the machine did
 /// around the figure), and a spread between the two above [`HOST_DRIFT_RATIO`] is reported beside
 /// every ratio that uses it ([`attach_limits`]): the host changed state while the figure ran, so
-/// the figure may have run in the slower one and its ratio read low.
+/// the figure may have run in the slower one and its ratio read low. [`Bracket::settled`] reads
+/// the bracket again, up to [`SETTLE_ROUNDS`] times, until one has not moved.
 ///
 /// # Example
 /// ```
@@ -116,16 +119,81 @@ pub struct Bracket {
     pub before: f64,
     /// The limit's rate just after the figure.
     pub after: f64,
+    /// How many brackets of the figure were read to get this one ([`Bracket::settled`]); 1 for
+    /// a single bracket.
+    pub rounds: usize,
 }
 
+/// The most brackets [`Bracket::settled`] reads of one figure in a full run (a `--quick` run
+/// reads one): on a shared host whose speed changes within seconds, a second or third bracket
+/// often falls in a steady stretch where the first did not, for at most three times the
+/// figure's time.
+pub const SETTLE_ROUNDS: usize = 3;
+
 impl Bracket {
+    /// One bracket from its two readings.
+    pub const fn new(before: f64, after: f64) -> Bracket {
+        Bracket {
+            before,
+            after,
+            rounds: 1,
+        }
+    }
+
     /// Read the limit with `measure`, run `figure`, read the limit again; the figure's result
     /// with both readings.
     pub fn around<T>(mut measure: impl FnMut() -> f64, figure: impl FnOnce() -> T) -> (Bracket, T) {
         let before = measure();
         let out = figure();
         let after = measure();
-        (Bracket { before, after }, out)
+        (Bracket::new(before, after), out)
+    }
+
+    /// [`Bracket::around`] up to `rounds` times (at least once), stopping at the first bracket
+    /// that has not [moved](Bracket::moved): that bracket and its figure's result, or, when
+    /// every one moved, the steadiest (the smallest [`Bracket::drift`], the earliest of equals).
+    /// `rounds` in the result counts the brackets read. The choice looks at the limit's two
+    /// readings only, never at the figure, so it does not pick a figure for being fast.
+    ///
+    /// ```
+    /// use harness::bench::Bracket;
+    /// // the limit reads 100 then 150 (moved), then 150 and 152 (steady): two rounds
+    /// let mut readings = vec![152.0, 150.0, 150.0, 100.0];
+    /// let mut figures = 0;
+    /// let (b, figure) = Bracket::settled(3, || readings.pop().unwrap(), || {
+    ///     figures += 1;
+    ///     figures
+    /// });
+    /// assert_eq!((b.before, b.after, b.rounds, figure), (150.0, 152.0, 2, 2));
+    /// // never steady: the steadiest of the three, with its own figure
+    /// let mut readings = vec![100.0, 200.0, 120.0, 100.0, 300.0, 100.0];
+    /// let mut figures = 0;
+    /// let (b, figure) = Bracket::settled(3, || readings.pop().unwrap(), || {
+    ///     figures += 1;
+    ///     figures
+    /// });
+    /// assert_eq!((b.before, b.after, b.rounds, figure), (100.0, 120.0, 3, 2));
+    /// ```
+    pub fn settled<T>(
+        rounds: usize,
+        mut measure: impl FnMut() -> f64,
+        mut figure: impl FnMut() -> T,
+    ) -> (Bracket, T) {
+        let mut kept: Option<(Bracket, T)> = None;
+        let mut read = 0;
+        while read < rounds.max(1) {
+            let (b, out) = Bracket::around(&mut measure, &mut figure);
+            read += 1;
+            let steady = !b.moved();
+            if kept.as_ref().is_none_or(|(k, _)| b.drift() < k.drift()) {
+                kept = Some((b, out));
+            }
+            if steady {
+                break;
+            }
+        }
+        let (b, out) = kept.expect("at least one bracket is read");
+        (Bracket { rounds: read, ..b }, out)
     }
 
     /// The limit: the faster of the two readings (a NaN reading counts as none).
@@ -142,6 +210,22 @@ impl Bracket {
         } else {
             f64::INFINITY
         }
+    }
+
+    /// Whether the readings are further apart than [`HOST_DRIFT_RATIO`]: the host changed speed
+    /// while the figure ran, and the ratios that use this limit are not a quiet-machine reading.
+    pub fn moved(&self) -> bool {
+        self.drift() > HOST_DRIFT_RATIO
+    }
+}
+
+/// How many brackets [`Bracket::settled`] may read of a figure: [`SETTLE_ROUNDS`], or one in a
+/// `--quick` (smoke) run.
+fn settle_rounds(quick: bool) -> usize {
+    if quick {
+        1
+    } else {
+        SETTLE_ROUNDS
     }
 }
 
@@ -245,6 +329,8 @@ pub struct MovedLimit {
     /// [`Bracket::drift`]: the faster reading over the slower (infinite, written `null` like
     /// any non-finite reading, when a reading is not a finite positive number).
     pub drift: f64,
+    /// [`Bracket::rounds`]: how many brackets were read before this, the steadiest, was kept.
+    pub rounds: usize,
 }
 
 /// Every bracketed limit among `figures` that moved by more than [`HOST_DRIFT_RATIO`], in the
@@ -254,8 +340,8 @@ pub struct MovedLimit {
 ///
 /// ```
 /// use harness::bench::{moved_limits, Bracket, Figure};
-/// let steady = Figure::bracketed("a_gflops", Bracket { before: 100.0, after: 102.0 }, "GFLOP/s");
-/// let moved = Figure::bracketed("b_gflops", Bracket { before: 100.0, after: 150.0 }, "GFLOP/s");
+/// let steady = Figure::bracketed("a_gflops", Bracket::new(100.0, 102.0), "GFLOP/s");
+/// let moved = Figure::bracketed("b_gflops", Bracket::new(100.0, 150.0), "GFLOP/s");
 /// let m = moved_limits(&[steady, moved]);
 /// assert_eq!(m.len(), 1);
 /// assert_eq!((m[0].name.as_str(), m[0].drift), ("b_gflops", 1.5));
@@ -265,11 +351,12 @@ pub fn moved_limits(figures: &[Figure]) -> Vec<MovedLimit> {
         .iter()
         .filter_map(|f| {
             let b = f.bracket?;
-            (b.drift() > HOST_DRIFT_RATIO).then(|| MovedLimit {
+            b.moved().then(|| MovedLimit {
                 name: f.name.clone(),
                 before: b.before,
                 after: b.after,
                 drift: b.drift(),
+                rounds: b.rounds,
             })
         })
         .collect()
@@ -299,8 +386,13 @@ pub fn moved_summary(bracketed: usize, moved: &[MovedLimit]) -> Option<String> {
     let list: Vec<String> = moved
         .iter()
         .map(|m| {
+            let of = if m.rounds > 1 {
+                format!(", the steadiest of {} brackets", m.rounds)
+            } else {
+                String::new()
+            };
             format!(
-                "{} {:.1} -> {:.1} ({:.2}x)",
+                "{} {:.1} -> {:.1} ({:.2}x{of})",
                 m.name, m.before, m.after, m.drift
             )
         })
@@ -715,7 +807,7 @@ pub fn attach_limits(figures: &mut [Figure]) {
                 continue;
             };
             todo.extend(deps.iter().rev().map(String::as_str));
-            if let Some(b) = bracket.filter(|b| b.drift() > HOST_DRIFT_RATIO) {
+            if let Some(b) = bracket.filter(Bracket::moved) {
                 let source = f.limit_source.get_or_insert_with(String::new);
                 source.push_str(&format!(
                     "; LIMIT MOVED: {name} read {:.1} before this figure and {:.1} after \
@@ -1106,10 +1198,13 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     drop(grads);
     // a step is a fraction of a millisecond: many repetitions steady its median; its two limit
     // rates are read on both sides of it
-    let (cache_stream, (flops, ls)) = Bracket::around(
+    let settle = settle_rounds(quick);
+    let (cache_stream, (flops, ls)) = Bracket::settled(
+        settle,
         || cache_stream_gbps(LINESEARCH_DIM, reps),
         || {
-            Bracket::around(
+            Bracket::settled(
+                settle,
                 || f32_flops_gflops(reps),
                 || linesearch_rosenbrock(LINESEARCH_DIM, 20 * reps + 1),
             )
@@ -1399,7 +1494,8 @@ fn muon(quick: bool) -> Result<Vec<Figure>> {
     let mut out = vec![0.0f32; n * n];
     plan.run(&x, &coeffs, 5, 1e-8, &mut out);
     // the limit's rate: the best product, read on both sides of the iteration's timing
-    let (gemm, ns_s) = Bracket::around(
+    let (gemm, ns_s) = Bracket::settled(
+        settle_rounds(quick),
         || gemm_f32_gflops(n, reps),
         || {
             median_seconds(reps, || {
@@ -1451,7 +1547,8 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
     // fresh memory written once on every core (rayon's collect writes each chunk in place),
     // the best of the run, read on both sides of the init's timing
     let mut err = None;
-    let (fill, init_s) = Bracket::around(
+    let (fill, init_s) = Bracket::settled(
+        settle_rounds(quick),
         || fresh_write_gbps(n, reps.max(3)),
         || {
             median_seconds(reps, || {
@@ -1585,7 +1682,8 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
     let mut batch = vec![0.0; tc.batch * 2];
     trainer.batch_of(0, &mut batch);
     // each dtype's limit rate read on both sides of the figures it bounds
-    let (gemm64, timed) = Bracket::around(
+    let (gemm64, timed) = Bracket::settled(
+        settle_rounds(quick),
         || cnf_chunk_gemm_gflops::<f64>(&cfg, gemm_reps),
         || -> Result<(f64, f64)> {
             let step_s = cnf_train_step_seconds::<f64>(cfg, tc, reps)?;
@@ -1596,7 +1694,8 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
         },
     );
     let (step_s, fwd_s) = timed?;
-    let (gemm32, step32_s) = Bracket::around(
+    let (gemm32, step32_s) = Bracket::settled(
+        settle_rounds(quick),
         || cnf_chunk_gemm_gflops::<f32>(&cfg, gemm_reps),
         || cnf_train_step_seconds::<f32>(cfg, tc, reps),
     );
@@ -1842,27 +1941,13 @@ mod tests {
     #[test]
     fn the_moved_summary_names_every_moved_limit_with_its_readings() {
         let moved = moved_limits(&[
-            Figure::bracketed(
-                "gemm_1024_gflops",
-                Bracket {
-                    before: 77.8,
-                    after: 109.0,
-                },
-                "GFLOP/s",
-            ),
-            Figure::bracketed(
-                "fresh_write_gbps",
-                Bracket {
-                    before: 3.0,
-                    after: 3.01,
-                },
-                "GB/s",
-            ),
+            Figure::bracketed("gemm_1024_gflops", Bracket::new(77.8, 109.0), "GFLOP/s"),
+            Figure::bracketed("fresh_write_gbps", Bracket::new(3.0, 3.01), "GB/s"),
             Figure::bracketed(
                 "cache_stream_65536_gbps",
                 Bracket {
-                    before: 110.6,
-                    after: 96.8,
+                    rounds: 3,
+                    ..Bracket::new(110.6, 96.8)
                 },
                 "GB/s",
             ),
@@ -1871,13 +1956,59 @@ mod tests {
             moved_summary(3, &moved).unwrap(),
             "limits read before and after their figures: 3, 2 moved by more than 5% \
              (gemm_1024_gflops 77.8 -> 109.0 (1.40x), cache_stream_65536_gbps 110.6 -> 96.8 \
-             (1.14x)): the ratios that use them are not a quiet-machine reading"
+             (1.14x, the steadiest of 3 brackets)): the ratios that use them are not a \
+             quiet-machine reading"
         );
     }
 
     #[test]
+    fn settled_reads_limit_figure_limit_until_a_bracket_is_steady_and_never_fewer_than_one() {
+        // every call in order: a steady first bracket is one round
+        let calls = std::cell::RefCell::new(Vec::new());
+        let mut limits = vec![101.0, 100.0];
+        let (b, _) = Bracket::settled(
+            SETTLE_ROUNDS,
+            || {
+                calls.borrow_mut().push("limit");
+                limits.pop().unwrap()
+            },
+            || calls.borrow_mut().push("figure"),
+        );
+        assert_eq!((b.rounds, b.limit()), (1, 101.0));
+        assert_eq!(*calls.borrow(), ["limit", "figure", "limit"]);
+        // zero rounds asked: one bracket still read
+        let (b, ()) = Bracket::settled(0, || 5.0, || ());
+        assert_eq!(b, Bracket::new(5.0, 5.0));
+        // a NaN reading is never steady: every round is read, and the one with numbers kept
+        let mut limits = vec![f64::NAN, 10.0, 10.0, 12.0, 11.0, f64::NAN];
+        let mut figure = 0;
+        let (b, kept) = Bracket::settled(
+            3,
+            || limits.pop().unwrap(),
+            || {
+                figure += 1;
+                figure
+            },
+        );
+        assert_eq!((b.before, b.after, b.rounds, kept), (12.0, 10.0, 3, 2));
+        assert!(b.moved());
+        // equal drifts: the earliest bracket is kept
+        let mut limits = vec![20.0, 10.0, 20.0, 10.0];
+        let mut figure = 0;
+        let (b, kept) = Bracket::settled(
+            2,
+            || limits.pop().unwrap(),
+            || {
+                figure += 1;
+                figure
+            },
+        );
+        assert_eq!((b.rounds, kept), (2, 1));
+    }
+
+    #[test]
     fn moved_limits_lists_each_bracketed_limit_beyond_the_drift_ratio_and_no_other() {
-        let b = |before, after| Bracket { before, after };
+        let b = |before, after| Bracket::new(before, after);
         let figures = [
             Figure::bracketed("steady", b(100.0, 104.9), "GFLOP/s"),
             Figure::bracketed("slower_after", b(100.0, 80.0), "GFLOP/s"),
@@ -2047,10 +2178,7 @@ mod tests {
         let bound = |gflops: f64| flops / (gflops * 1e9) * 1e3;
         let mut readings = vec![202.0, 160.0];
         let (gemm32, _) = Bracket::around(|| readings.pop().unwrap(), || ());
-        let steady = Bracket {
-            before: 112.0,
-            after: 113.0,
-        };
+        let steady = Bracket::new(112.0, 113.0);
         let mut f = cnf_figures_with(steady, gemm32);
         attach_limits(&mut f);
         let by_name = |f: &[Figure], n: &str| f.iter().find(|g| g.name == n).unwrap().clone();
@@ -2081,7 +2209,7 @@ mod tests {
         let v = serde_json::to_value(by_name(&f, "gemm_f32_384x64x64_all_cores_gflops")).unwrap();
         assert_eq!(
             v["bracket"],
-            serde_json::json!({"before": 160.0, "after": 202.0})
+            serde_json::json!({"before": 160.0, "after": 202.0, "rounds": 1})
         );
         // readings within HOST_DRIFT_RATIO of each other: no note
         let mut g = cnf_figures_with(steady, steady);
@@ -2090,7 +2218,7 @@ mod tests {
             .iter()
             .all(|f| !f.limit_source.as_deref().unwrap().contains("MOVED")));
         // a reading that is not a positive number is never steady
-        let b = |before, after| Bracket { before, after }.drift();
+        let b = |before, after| Bracket::new(before, after).drift();
         assert_eq!(b(0.0, 10.0), f64::INFINITY);
         assert_eq!(b(f64::NAN, 10.0), f64::INFINITY);
         assert_eq!(b(10.0, 10.0), 1.0);
@@ -2120,10 +2248,7 @@ mod tests {
         // value, limit or ratio change are exactly those whose note names that limit (the
         // names a figure was computed from are written where it is computed, so a figure
         // that forgot one, or named one it does not use, fails here)
-        let steady = |v: f64| Bracket {
-            before: v,
-            after: v,
-        };
+        let steady = |v: f64| Bracket::new(v, v);
         let base = [
             steady(140.0),
             steady(3.8),

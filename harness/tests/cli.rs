@@ -412,6 +412,8 @@ fn bench_json_records_the_host_and_the_limits_that_moved() {
         gemm["bracket"]["before"].as_f64().unwrap(),
         gemm["bracket"]["after"].as_f64().unwrap(),
     );
+    // a quick run reads one bracket, steady or not
+    assert_eq!(gemm["bracket"]["rounds"], 1, "{gemm}");
     let moved = before.max(after) / before.min(after) > harness::bench::HOST_DRIFT_RATIO;
     let listed = v["moved_limits"].as_array().unwrap();
     assert_eq!(listed.len(), usize::from(moved), "{v}");

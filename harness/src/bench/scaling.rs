@@ -398,7 +398,7 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
             }
             if let Some(before) = before {
                 let after = own_stream(&mut p, &mut opt);
-                stream = super::Bracket { before, after }.limit();
+                stream = super::Bracket::new(before, after).limit();
             }
             measured.push((n, secs));
         }

@@ -316,6 +316,211 @@ pub fn cpu_model(cpuinfo: &str) -> Option<String> {
         .find(|v| !v.is_empty())
 }
 
+/// The machine's CPU time by kind, summed over its logical CPUs, in clock ticks: the aggregate
+/// `cpu` line of Linux's `/proc/stat` ([`cpu_ticks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuTicks {
+    /// Running anything: user, nice, system, irq and softirq time (guest time is inside user).
+    pub busy: u64,
+    /// Idle and waiting for input or output.
+    pub idle: u64,
+    /// Time the hypervisor ran something else while this machine's CPUs wanted to run.
+    pub steal: u64,
+}
+
+impl CpuTicks {
+    /// Every tick counted: busy, idle and stolen.
+    pub fn total(&self) -> u64 {
+        self.busy + self.idle + self.steal
+    }
+}
+
+/// The aggregate CPU time of the text of Linux's `/proc/stat` (its first `cpu ` line: user, nice,
+/// system, idle, iowait, irq, softirq, steal, ...); `None` when the line is missing or has fewer
+/// than eight numbers.
+///
+/// ```
+/// use harness::bench::{cpu_ticks, CpuTicks};
+/// let stat = "cpu  100 5 20 800 10 1 2 30 0 0\ncpu0 50 2 10 400 5 0 1 15 0 0\n";
+/// assert_eq!(
+///     cpu_ticks(stat),
+///     Some(CpuTicks { busy: 100 + 5 + 20 + 1 + 2, idle: 800 + 10, steal: 30 })
+/// );
+/// assert_eq!(cpu_ticks("cpu  1 2 3"), None);
+/// ```
+pub fn cpu_ticks(stat: &str) -> Option<CpuTicks> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let n: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    let [user, nice, system, idle, iowait, irq, softirq, steal, ..] = n[..] else {
+        return None;
+    };
+    Some(CpuTicks {
+        busy: user + nice + system + irq + softirq,
+        idle: idle + iowait,
+        steal,
+    })
+}
+
+/// Above this share of the machine's CPU time, stolen by the hypervisor or used by other
+/// processes, a run was not on a quiet machine ([`HostLoad::quiet`]). A judgement: idle, the
+/// benchmark host (a 2-CPU virtual machine) read 0-3% steal over 2-second windows, and up to 11%
+/// in windows of a `bench cnf` run. Being under it is necessary, not sufficient: whatever shares
+/// the physical cores, caches or memory without taking this machine's CPU time (another
+/// machine on the sibling hyperthreads) does not show here; a run at 0.1% steal and 0.4% other
+/// processes still saw its gemm rate move by 10% ([`Bracket`] catches that).
+pub const QUIET_LOAD_PCT: f64 = 2.0;
+
+/// What else the machine did while a run measured: the share of its CPU time (every logical CPU,
+/// between two readings of [`CpuTicks`]) that the hypervisor gave to other machines (`steal`),
+/// and the share other processes used (busy time less this process's own CPU time).
+///
+/// ```
+/// use harness::bench::{CpuTicks, HostLoad};
+/// // 2 CPUs for 10 s at 100 ticks a second: 2000 ticks; this process used 15 s of CPU
+/// let before = CpuTicks { busy: 0, idle: 0, steal: 0 };
+/// let after = CpuTicks { busy: 1560, idle: 400, steal: 40 };
+/// let load = HostLoad::between(before, after, 100.0, 15.0, 10.0).unwrap();
+/// assert_eq!((load.steal_pct, load.others_pct), (2.0, 3.0));
+/// assert!(!load.quiet());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct HostLoad {
+    /// Wall-clock seconds between the two readings.
+    pub seconds: f64,
+    /// Percent of the machine's CPU time stolen by the hypervisor.
+    pub steal_pct: f64,
+    /// Percent of the machine's CPU time used by processes other than this one (0 when this
+    /// process's own time, measured otherwise, exceeds the busy time).
+    pub others_pct: f64,
+}
+
+impl HostLoad {
+    /// The load between two readings of the machine's ticks (`ticks_per_s` of them a second
+    /// per CPU), this process having used `own_cpu_s` seconds of CPU time meanwhile, over
+    /// `seconds` of wall-clock time; `None` when the counters did not advance (or went back).
+    pub fn between(
+        before: CpuTicks,
+        after: CpuTicks,
+        ticks_per_s: f64,
+        own_cpu_s: f64,
+        seconds: f64,
+    ) -> Option<HostLoad> {
+        let total = after.total().checked_sub(before.total())?;
+        let busy = after.busy.checked_sub(before.busy)?;
+        let steal = after.steal.checked_sub(before.steal)?;
+        if total == 0 || !(ticks_per_s > 0.0) {
+            return None;
+        }
+        let pct = |ticks: f64| 100.0 * ticks / total as f64;
+        Some(HostLoad {
+            seconds,
+            steal_pct: pct(steal as f64),
+            others_pct: pct((busy as f64 - own_cpu_s * ticks_per_s).max(0.0)),
+        })
+    }
+
+    /// Whether both shares are at most [`QUIET_LOAD_PCT`].
+    pub fn quiet(&self) -> bool {
+        self.steal_pct <= QUIET_LOAD_PCT && self.others_pct <= QUIET_LOAD_PCT
+    }
+}
+
+impl std::fmt::Display for HostLoad {
+    /// The line `bench` prints under its table.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "host load over {:.1} s: {:.1}% of CPU time stolen by the hypervisor, {:.1}% used by \
+             other processes ({})",
+            self.seconds,
+            self.steal_pct,
+            self.others_pct,
+            if self.quiet() {
+                format!("no other load above {QUIET_LOAD_PCT}%")
+            } else {
+                format!("other load above {QUIET_LOAD_PCT}%: not a quiet machine")
+            }
+        )
+    }
+}
+
+/// A reading of the machine's CPU time and of this process's, to measure a [`HostLoad`] from
+/// (Linux only: elsewhere [`LoadMark::now`] is `None`).
+///
+/// ```
+/// use harness::bench::LoadMark;
+/// if let Some(mark) = LoadMark::now() {
+///     let x: f64 = (0..2_000_000).map(|i| (i as f64).sqrt()).sum();
+///     assert!(x > 0.0);
+///     // on a machine whose counters advanced, a load with shares between 0 and 100
+///     if let Some(load) = mark.load() {
+///         assert!((0.0..=100.0).contains(&load.steal_pct));
+///         assert!((0.0..=100.0).contains(&load.others_pct));
+///     }
+/// }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct LoadMark {
+    ticks: CpuTicks,
+    own_cpu_s: f64,
+    at: Instant,
+}
+
+impl LoadMark {
+    /// The machine's ticks and this process's CPU time now.
+    pub fn now() -> Option<LoadMark> {
+        Some(LoadMark {
+            ticks: cpu_ticks(&std::fs::read_to_string("/proc/stat").ok()?)?,
+            own_cpu_s: own_cpu_seconds()?,
+            at: Instant::now(),
+        })
+    }
+
+    /// The load from this mark to now.
+    pub fn load(&self) -> Option<HostLoad> {
+        let now = LoadMark::now()?;
+        HostLoad::between(
+            self.ticks,
+            now.ticks,
+            ticks_per_second()?,
+            now.own_cpu_s - self.own_cpu_s,
+            now.at.duration_since(self.at).as_secs_f64(),
+        )
+    }
+}
+
+/// User and system CPU seconds of this process, all its threads (`getrusage`).
+fn own_cpu_seconds() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: `getrusage` writes one `rusage` into memory this function owns.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+            return None;
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        Some(secs(u.ru_utime) + secs(u.ru_stime))
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+/// Clock ticks a second in `/proc/stat` (`sysconf(_SC_CLK_TCK)`).
+fn ticks_per_second() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: `sysconf` reads a constant of the system.
+        let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (t > 0).then_some(t as f64)
+    }
+    #[cfg(not(unix))]
+    None
+}
+
 /// A limit read on both sides of its figures ([`Bracket`]) whose readings are further apart than
 /// [`HOST_DRIFT_RATIO`]: the host changed speed during the figures it bounds.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -1893,6 +2098,62 @@ mod tests {
         ] {
             assert_eq!(cpu_model(text), None, "{text:?}");
         }
+    }
+
+    #[test]
+    fn cpu_ticks_reads_the_aggregate_line_and_refuses_a_short_or_malformed_one() {
+        // the aggregate line comes first; per-CPU lines and later fields are ignored
+        let stat = "cpu  10 1 2 300 4 5 6 7 8 9\ncpu0 1 1 1 1 1 1 1 1 1 1\nintr 1\n";
+        assert_eq!(
+            cpu_ticks(stat),
+            Some(CpuTicks {
+                busy: 10 + 1 + 2 + 5 + 6,
+                idle: 300 + 4,
+                steal: 7
+            })
+        );
+        // exactly eight fields (kernels before guest time) are enough
+        assert_eq!(cpu_ticks("cpu 1 0 0 1 0 0 0 2").map(|t| t.total()), Some(4));
+        assert_eq!(cpu_ticks("cpu 1 0 0 1 0 0 0"), None);
+        assert_eq!(cpu_ticks("cpu 1 0 x 1 0 0 0 2"), None);
+        assert_eq!(cpu_ticks("cpu0 1 0 0 1 0 0 0 2"), None);
+        assert_eq!(cpu_ticks(""), None);
+        #[cfg(target_os = "linux")]
+        assert!(cpu_ticks(&std::fs::read_to_string("/proc/stat").unwrap()).is_some());
+    }
+
+    #[test]
+    fn host_load_is_the_stolen_and_other_share_of_the_ticks_between_two_readings() {
+        let t = |busy, idle, steal| CpuTicks { busy, idle, steal };
+        let zero = t(0, 0, 0);
+        // 1000 ticks: 10 stolen, 500 busy of which this process's 4.8 s at 100 a second
+        let l = HostLoad::between(zero, t(500, 490, 10), 100.0, 4.8, 5.0).unwrap();
+        assert_eq!((l.seconds, l.steal_pct, l.others_pct), (5.0, 1.0, 2.0));
+        assert!(l.quiet());
+        assert_eq!(
+            l.to_string(),
+            "host load over 5.0 s: 1.0% of CPU time stolen by the hypervisor, 2.0% used by \
+             other processes (no other load above 2%)"
+        );
+        let busy = HostLoad::between(zero, t(500, 460, 40), 100.0, 5.0, 5.0).unwrap();
+        assert_eq!((busy.steal_pct, busy.others_pct), (4.0, 0.0));
+        assert!(busy
+            .to_string()
+            .ends_with("(other load above 2%: not a quiet machine)"));
+        // this process's time measured above the busy ticks (rounding): no negative share
+        let own = HostLoad::between(zero, t(500, 500, 0), 100.0, 5.2, 5.0).unwrap();
+        assert_eq!(own.others_pct, 0.0);
+        // counters that did not advance or went back, and a clock rate that is no rate
+        assert_eq!(HostLoad::between(zero, zero, 100.0, 0.0, 1.0), None);
+        assert_eq!(
+            HostLoad::between(t(5, 5, 5), t(4, 9, 5), 100.0, 0.0, 1.0),
+            None
+        );
+        assert_eq!(HostLoad::between(zero, t(1, 1, 1), 0.0, 0.0, 1.0), None);
+        assert_eq!(
+            HostLoad::between(zero, t(1, 1, 1), f64::NAN, 0.0, 1.0),
+            None
+        );
     }
 
     #[test]

@@ -680,6 +680,9 @@ fn bench(
         }
         None => None,
     };
+    // what else the machine does while the figures are measured (the upstream worker of
+    // `--against`, a child process, would count as another process: read before it starts)
+    let mark = crate::bench::LoadMark::now();
     let (mut figures, skipped) = if area == "all" {
         let bar = progress();
         bar.set_length(crate::bench::AREAS.len() as u64);
@@ -698,6 +701,7 @@ fn bench(
         let figures = crate::bench::run(area, quick).map_err(|e| Usage(e.to_string()))?;
         (figures, None)
     };
+    let load = mark.and_then(|m| m.load());
     let mut upstream_ok = true;
     if let Some((loc, prof)) = &against {
         upstream_ok = bench_against(loc, prof, quick, &mut figures);
@@ -717,12 +721,12 @@ fn bench(
     }
     let host = crate::bench::Host::this();
     let moved = crate::bench::moved_limits(&figures);
-    print_host(&host, &figures, &moved);
+    print_host(&host, load.as_ref(), &figures, &moved);
     if against.is_some() {
         print_against(&figures);
     }
-    let mut doc = serde_json::json!({"area": area, "host": host, "figures": figures,
-        "moved_limits": moved});
+    let mut doc = serde_json::json!({"area": area, "host": host, "host_load": load,
+        "figures": figures, "moved_limits": moved});
     if let Some(s) = &skipped {
         doc["skipped"] = serde_json::json!(s);
     }
@@ -868,14 +872,18 @@ fn print_against(figures: &[crate::bench::Figure]) {
     println!("ours vs upstream: above 1 means ours is faster (rates: ours / upstream; times: upstream / ours)");
 }
 
-/// The machine the figures were measured on, and whether the limits read on both sides of their
-/// figures held still.
+/// The machine the figures were measured on, what else it did meanwhile, and whether the limits
+/// read on both sides of their figures held still.
 fn print_host(
     host: &crate::bench::Host,
+    load: Option<&crate::bench::HostLoad>,
     figures: &[crate::bench::Figure],
     moved: &[crate::bench::MovedLimit],
 ) {
     println!("host: {host}");
+    if let Some(load) = load {
+        println!("{load}");
+    }
     let bracketed = figures.iter().filter(|f| f.bracket.is_some()).count();
     if let Some(line) = crate::bench::moved_summary(bracketed, moved) {
         println!("{line}");

@@ -401,6 +401,16 @@ fn bench_json_records_the_host_and_the_limits_that_moved() {
     let host = harness::bench::Host::this();
     assert_eq!(v["host"], serde_json::to_value(&host).unwrap());
     assert!(stdout.contains(&format!("host: {host}\n")), "{stdout}");
+    // on Linux the machine's other load over the run, in the JSON and as a line
+    if cfg!(target_os = "linux") {
+        let load = &v["host_load"];
+        for share in ["steal_pct", "others_pct"] {
+            let pct = load[share].as_f64().unwrap();
+            assert!((0.0..=100.0).contains(&pct), "{share}: {load}");
+        }
+        assert!(load["seconds"].as_f64().unwrap() > 0.0, "{load}");
+        assert!(stdout.contains("\nhost load over "), "{stdout}");
+    }
     // muon reads one limit on both sides of its figures; it is listed exactly when it moved
     let gemm = v["figures"]
         .as_array()

@@ -412,7 +412,7 @@ impl HostLoad {
         let total = after.total().checked_sub(before.total())?;
         let busy = after.busy.checked_sub(before.busy)?;
         let steal = after.steal.checked_sub(before.steal)?;
-        if total == 0 || !(ticks_per_s > 0.0) {
+        if total == 0 || ticks_per_s.is_nan() || ticks_per_s <= 0.0 {
             return None;
         }
         let pct = |ticks: f64| 100.0 * ticks / total as f64;

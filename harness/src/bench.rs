@@ -2,8 +2,8 @@
 //!
 //! A limit is read beside the figure it bounds: the fused steps' before each repetition, the
 //! others just before and just after their figures ([`Bracket`]), the faster reading counting;
-//! a bracket whose two readings moved apart is read again, up to [`SETTLE_ROUNDS`] times in all,
-//! and the steadiest kept ([`Bracket::settled`]).
+//! a bracket whose two readings moved apart is read again, in up to [`SETTLE_ROUNDS`] brackets in
+//! all, and the steadiest kept ([`Bracket::settled`]).
 //!
 //! Figures (names from `docs/CLI.md`, stable; times are medians over repetitions):
 //! - area `optim`: `copy_bandwidth_gbps`, `adam_fused_16m_gbps`, `radam_fused_16m_gbps`,
@@ -97,7 +97,7 @@ pub struct Figure {
 /// around the figure), and a spread between the two above [`HOST_DRIFT_RATIO`] is reported beside
 /// every ratio that uses it ([`attach_limits`]): the host changed state while the figure ran, so
 /// the figure may have run in the slower one and its ratio read low. [`Bracket::settled`] reads
-/// the bracket again, up to [`SETTLE_ROUNDS`] times, until one has not moved.
+/// the bracket again until one has not moved, in up to [`SETTLE_ROUNDS`] brackets in all.
 ///
 /// # Example
 /// ```
@@ -127,7 +127,8 @@ pub struct Bracket {
 /// The most brackets [`Bracket::settled`] reads of one figure in a full run (a `--quick` run
 /// reads one): on a shared host whose speed changes within seconds, a second or third bracket
 /// often falls in a steady stretch where the first did not, for at most three times the
-/// figure's time.
+/// figure's time. The line search's two limits are settled one inside the other (the flop
+/// rate's brackets inside each of the cache stream's), so it can run up to nine times.
 pub const SETTLE_ROUNDS: usize = 3;
 
 impl Bracket {
@@ -534,7 +535,7 @@ pub struct MovedLimit {
     /// [`Bracket::drift`]: the faster reading over the slower (infinite, written `null` like
     /// any non-finite reading, when a reading is not a finite positive number).
     pub drift: f64,
-    /// [`Bracket::rounds`]: how many brackets were read before this, the steadiest, was kept.
+    /// [`Bracket::rounds`]: how many brackets were read; this one is the steadiest of them.
     pub rounds: usize,
 }
 
@@ -2240,30 +2241,25 @@ mod tests {
         // zero rounds asked: one bracket still read
         let (b, ()) = Bracket::settled(0, || 5.0, || ());
         assert_eq!(b, Bracket::new(5.0, 5.0));
+        // `rounds` brackets over the limit readings in the order given, each figure numbered
+        let numbered = |rounds: usize, readings: &[f64]| {
+            let mut next = readings.iter().copied();
+            let mut figure = 0;
+            Bracket::settled(
+                rounds,
+                || next.next().unwrap(),
+                || {
+                    figure += 1;
+                    figure
+                },
+            )
+        };
         // a NaN reading is never steady: every round is read, and the one with numbers kept
-        let mut limits = vec![f64::NAN, 10.0, 10.0, 12.0, 11.0, f64::NAN];
-        let mut figure = 0;
-        let (b, kept) = Bracket::settled(
-            3,
-            || limits.pop().unwrap(),
-            || {
-                figure += 1;
-                figure
-            },
-        );
+        let (b, kept) = numbered(3, &[f64::NAN, 11.0, 12.0, 10.0, 10.0, f64::NAN]);
         assert_eq!((b.before, b.after, b.rounds, kept), (12.0, 10.0, 3, 2));
         assert!(b.moved());
         // equal drifts: the earliest bracket is kept
-        let mut limits = vec![20.0, 10.0, 20.0, 10.0];
-        let mut figure = 0;
-        let (b, kept) = Bracket::settled(
-            2,
-            || limits.pop().unwrap(),
-            || {
-                figure += 1;
-                figure
-            },
-        );
+        let (b, kept) = numbered(2, &[10.0, 20.0, 10.0, 20.0]);
         assert_eq!((b.rounds, kept), (2, 1));
     }
 

@@ -127,8 +127,8 @@ pub struct Bracket {
 /// The most brackets [`Bracket::settled`] reads of one figure in a full run (a `--quick` run
 /// reads one): on a shared host whose speed changes within seconds, a second or third bracket
 /// often falls in a steady stretch where the first did not, for at most three times the
-/// figure's time. The line search's two limits are settled one inside the other (the flop
-/// rate's brackets inside each of the cache stream's), so it can run up to nine times.
+/// figure's time (a figure bounded by several limits reads them all in each bracket,
+/// [`Bracket::settled_each`]).
 pub const SETTLE_ROUNDS: usize = 3;
 
 impl Bracket {
@@ -154,7 +154,8 @@ impl Bracket {
     /// that has not [moved](Bracket::moved): that bracket and its figure's result, or, when
     /// every one moved, the steadiest (the smallest [`Bracket::drift`], the earliest of equals).
     /// `rounds` in the result counts the brackets read. The choice looks at the limit's two
-    /// readings only, never at the figure, so it does not pick a figure for being fast.
+    /// readings only, never at the figure, so it does not pick a figure for being fast. The
+    /// first error of `figure` ends the reading and is returned.
     ///
     /// ```
     /// use harness::bench::Bracket;
@@ -163,38 +164,73 @@ impl Bracket {
     /// let mut figures = 0;
     /// let (b, figure) = Bracket::settled(3, || readings.pop().unwrap(), || {
     ///     figures += 1;
-    ///     figures
-    /// });
+    ///     Ok::<_, String>(figures)
+    /// })?;
     /// assert_eq!((b.before, b.after, b.rounds, figure), (150.0, 152.0, 2, 2));
     /// // never steady: the steadiest of the three, with its own figure
     /// let mut readings = vec![100.0, 200.0, 120.0, 100.0, 300.0, 100.0];
     /// let mut figures = 0;
     /// let (b, figure) = Bracket::settled(3, || readings.pop().unwrap(), || {
     ///     figures += 1;
-    ///     figures
-    /// });
+    ///     Ok::<_, String>(figures)
+    /// })?;
     /// assert_eq!((b.before, b.after, b.rounds, figure), (100.0, 120.0, 3, 2));
+    /// // a failing figure stops the reading
+    /// let failed = Bracket::settled(3, || 100.0, || Err::<(), _>("diverged".to_string()));
+    /// assert_eq!(failed, Err("diverged".to_string()));
+    /// # Ok::<(), String>(())
     /// ```
-    pub fn settled<T>(
+    pub fn settled<T, E>(
         rounds: usize,
         mut measure: impl FnMut() -> f64,
-        mut figure: impl FnMut() -> T,
-    ) -> (Bracket, T) {
-        let mut kept: Option<(Bracket, T)> = None;
+        figure: impl FnMut() -> Result<T, E>,
+    ) -> Result<(Bracket, T), E> {
+        let ([b], out) = Bracket::settled_each(rounds, || [measure()], figure)?;
+        Ok((b, out))
+    }
+
+    /// [`Bracket::settled`] for a figure bounded by `N` limits, all read on each side of it
+    /// (`measure` gives their rates, in a fixed order): a bracket of readings is steady when no
+    /// limit in it [moved](Bracket::moved), and the steadiest is the one whose most-moved limit
+    /// moved least. The figure runs at most `rounds` times whatever `N` is.
+    ///
+    /// ```
+    /// use harness::bench::Bracket;
+    /// // the first limit is steady both times; the second moves in the first bracket only
+    /// let mut readings = vec![[10.0, 51.0], [10.0, 50.0], [10.0, 80.0], [10.0, 50.0]];
+    /// let mut figures = 0;
+    /// let ([a, b], figure) = Bracket::settled_each(3, || readings.pop().unwrap(), || {
+    ///     figures += 1;
+    ///     Ok::<_, String>(figures)
+    /// })?;
+    /// assert_eq!((a.rounds, b.before, b.after, figure), (2, 50.0, 51.0, 2));
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn settled_each<const N: usize, T, E>(
+        rounds: usize,
+        mut measure: impl FnMut() -> [f64; N],
+        mut figure: impl FnMut() -> Result<T, E>,
+    ) -> Result<([Bracket; N], T), E> {
+        // the drift a bracket of readings is judged by: its most-moved limit's
+        let worst = |bs: &[Bracket; N]| bs.iter().map(Bracket::drift).fold(1.0, f64::max);
+        let mut kept: Option<([Bracket; N], T)> = None;
         let mut read = 0;
         while read < rounds.max(1) {
-            let (b, out) = Bracket::around(&mut measure, &mut figure);
+            let before = measure();
+            let out = figure()?;
+            let after = measure();
             read += 1;
-            let steady = !b.moved();
-            if kept.as_ref().is_none_or(|(k, _)| b.drift() < k.drift()) {
-                kept = Some((b, out));
+            let bs: [Bracket; N] = std::array::from_fn(|i| Bracket::new(before[i], after[i]));
+            let steady = bs.iter().all(|b| !b.moved());
+            if kept.as_ref().is_none_or(|(k, _)| worst(&bs) < worst(k)) {
+                kept = Some((bs, out));
             }
             if steady {
                 break;
             }
         }
-        let (b, out) = kept.expect("at least one bracket is read");
-        (Bracket { rounds: read, ..b }, out)
+        let (bs, out) = kept.expect("at least one bracket is read");
+        Ok((bs.map(|b| Bracket { rounds: read, ..b }), out))
     }
 
     /// The limit: the faster of the two readings (a NaN reading counts as none).
@@ -441,7 +477,9 @@ impl std::fmt::Display for HostLoad {
             self.steal_pct,
             self.others_pct,
             if self.quiet() {
-                format!("no other load above {QUIET_LOAD_PCT}%")
+                format!(
+                    "both at most {QUIET_LOAD_PCT}%: needed for a quiet machine, not proof of one"
+                )
             } else {
                 format!("other load above {QUIET_LOAD_PCT}%: not a quiet machine")
             }
@@ -1404,19 +1442,16 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     drop(grads);
     // a step is a fraction of a millisecond: many repetitions steady its median; its two limit
     // rates are read on both sides of it
-    let settle = settle_rounds(quick);
-    let (cache_stream, (flops, ls)) = Bracket::settled(
-        settle,
-        || cache_stream_gbps(LINESEARCH_DIM, reps),
+    let ([cache_stream, flops], (ls_ms, ls_evals)) = Bracket::settled_each(
+        settle_rounds(quick),
         || {
-            Bracket::settled(
-                settle,
-                || f32_flops_gflops(reps),
-                || linesearch_rosenbrock(LINESEARCH_DIM, 20 * reps + 1),
-            )
+            [
+                cache_stream_gbps(LINESEARCH_DIM, reps),
+                f32_flops_gflops(reps),
+            ]
         },
-    );
-    let (ls_ms, ls_evals) = ls?;
+        || linesearch_rosenbrock(LINESEARCH_DIM, 20 * reps + 1),
+    )?;
     let (adam_gbps, radam_gbps) = (bytes / adam_s / 1e9, bytes / radam_s / 1e9);
     let (copy_name, adam_limit, radam_limit) = (
         "copy_bandwidth_gbps",
@@ -1704,11 +1739,11 @@ fn muon(quick: bool) -> Result<Vec<Figure>> {
         settle_rounds(quick),
         || gemm_f32_gflops(n, reps),
         || {
-            median_seconds(reps, || {
+            Ok::<_, Error>(median_seconds(reps, || {
                 plan.run(&x, &coeffs, 5, 1e-8, &mut out);
-            })
+            }))
         },
-    );
+    )?;
     std::hint::black_box(&out);
     Ok(muon_figures(n, gemm, ns_s))
 }
@@ -1752,22 +1787,20 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
     let n = cfg.params();
     // fresh memory written once on every core (rayon's collect writes each chunk in place),
     // the best of the run, read on both sides of the init's timing
-    let mut err = None;
     let (fill, init_s) = Bracket::settled(
         settle_rounds(quick),
         || fresh_write_gbps(n, reps.max(3)),
         || {
-            median_seconds(reps, || {
+            let mut err = None;
+            let secs = median_seconds(reps, || {
                 match build::<half::f16>(&cfg, 0, Strategy::ChunkedDirect, &mut ()) {
                     Ok(m) => drop(std::hint::black_box(m)),
                     Err(e) => err = Some(e),
                 }
-            })
+            });
+            err.map_or(Ok(secs), Err)
         },
-    );
-    if let Some(e) = err {
-        return Err(e.into());
-    }
+    )?;
     // the generator alone, as the init runs it (hashed, scaled and rounded to f16 in one pass),
     // one thread, into a warm 32 KiB buffer: the compute half of the init
     let mut scratch = vec![half::f16::ZERO; crate::stack::init::CHUNK_ELEMS];
@@ -1888,7 +1921,7 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
     let mut batch = vec![0.0; tc.batch * 2];
     trainer.batch_of(0, &mut batch);
     // each dtype's limit rate read on both sides of the figures it bounds
-    let (gemm64, timed) = Bracket::settled(
+    let (gemm64, (step_s, fwd_s)) = Bracket::settled(
         settle_rounds(quick),
         || cnf_chunk_gemm_gflops::<f64>(&cfg, gemm_reps),
         || -> Result<(f64, f64)> {
@@ -1898,18 +1931,17 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
             });
             Ok((step_s, fwd_s))
         },
-    );
-    let (step_s, fwd_s) = timed?;
+    )?;
     let (gemm32, step32_s) = Bracket::settled(
         settle_rounds(quick),
         || cnf_chunk_gemm_gflops::<f32>(&cfg, gemm_reps),
         || cnf_train_step_seconds::<f32>(cfg, tc, reps),
-    );
+    )?;
     let timings = CnfTimings {
         step_f64_s: step_s,
         loglik_f64_s: fwd_s,
         gemm_f64: gemm64,
-        step_f32_s: step32_s?,
+        step_f32_s: step32_s,
         gemm_f32: gemm32,
     };
     Ok(timings.figures(2.0 * cnf_product_macs(&cfg, tc.batch).1))
@@ -2134,7 +2166,7 @@ mod tests {
         assert_eq!(
             l.to_string(),
             "host load over 5.0 s: 1.0% of CPU time stolen by the hypervisor, 2.0% used by \
-             other processes (no other load above 2%)"
+             other processes (both at most 2%: needed for a quiet machine, not proof of one)"
         );
         let busy = HostLoad::between(zero, t(500, 460, 40), 100.0, 5.0, 5.0).unwrap();
         assert_eq!((busy.steal_pct, busy.others_pct), (4.0, 0.0));
@@ -2225,6 +2257,7 @@ mod tests {
 
     #[test]
     fn settled_reads_limit_figure_limit_until_a_bracket_is_steady_and_never_fewer_than_one() {
+        type Infallible = std::convert::Infallible;
         // every call in order: a steady first bracket is one round
         let calls = std::cell::RefCell::new(Vec::new());
         let mut limits = vec![101.0, 100.0];
@@ -2234,12 +2267,16 @@ mod tests {
                 calls.borrow_mut().push("limit");
                 limits.pop().unwrap()
             },
-            || calls.borrow_mut().push("figure"),
-        );
+            || {
+                calls.borrow_mut().push("figure");
+                Ok::<_, Infallible>(())
+            },
+        )
+        .unwrap();
         assert_eq!((b.rounds, b.limit()), (1, 101.0));
         assert_eq!(*calls.borrow(), ["limit", "figure", "limit"]);
         // zero rounds asked: one bracket still read
-        let (b, ()) = Bracket::settled(0, || 5.0, || ());
+        let (b, ()) = Bracket::settled(0, || 5.0, || Ok::<_, Infallible>(())).unwrap();
         assert_eq!(b, Bracket::new(5.0, 5.0));
         // `rounds` brackets over the limit readings in the order given, each figure numbered
         let numbered = |rounds: usize, readings: &[f64]| {
@@ -2250,9 +2287,10 @@ mod tests {
                 || next.next().unwrap(),
                 || {
                     figure += 1;
-                    figure
+                    Ok::<_, Infallible>(figure)
                 },
             )
+            .unwrap()
         };
         // a NaN reading is never steady: every round is read, and the one with numbers kept
         let (b, kept) = numbered(3, &[f64::NAN, 11.0, 12.0, 10.0, 10.0, f64::NAN]);
@@ -2261,6 +2299,81 @@ mod tests {
         // equal drifts: the earliest bracket is kept
         let (b, kept) = numbered(2, &[10.0, 20.0, 10.0, 20.0]);
         assert_eq!((b.rounds, kept), (2, 1));
+    }
+
+    #[test]
+    fn settled_stops_at_the_first_failing_figure_without_reading_its_closing_limit() {
+        // the first bracket moves (10 -> 20), the second's figure fails: the error, and no
+        // third bracket or closing reading
+        let mut limits = vec![10.0, 20.0, 10.0];
+        let mut figures = 0;
+        let out = Bracket::settled(
+            SETTLE_ROUNDS,
+            || limits.pop().unwrap(),
+            || {
+                figures += 1;
+                if figures == 2 {
+                    Err("diverged")
+                } else {
+                    Ok(figures)
+                }
+            },
+        );
+        assert_eq!(out, Err("diverged"));
+        assert_eq!((figures, limits.len()), (2, 0));
+    }
+
+    #[test]
+    fn settled_each_runs_the_figure_once_per_bracket_and_judges_by_the_most_moved_limit() {
+        // per bracket [before, after] of two limits; the figure counts its runs
+        let run = |readings: &[[f64; 2]]| {
+            let mut next = readings.iter().copied();
+            let mut figures = 0;
+            let out = Bracket::settled_each(
+                SETTLE_ROUNDS,
+                || next.next().unwrap(),
+                || {
+                    figures += 1;
+                    Ok::<_, std::convert::Infallible>(figures)
+                },
+            )
+            .unwrap();
+            (out, figures)
+        };
+        // limit b moves in bracket 1 and limit a in bracket 2; bracket 3 steady: 3 runs in all
+        let (([a, b], kept), runs) = run(&[
+            [10.0, 50.0],
+            [10.0, 80.0],
+            [10.0, 50.0],
+            [20.0, 50.0],
+            [10.0, 50.0],
+            [10.0, 51.0],
+        ]);
+        assert_eq!((runs, kept, a.rounds, b.rounds), (3, 3, 3, 3));
+        assert_eq!(
+            (a, b),
+            (
+                Bracket {
+                    rounds: 3,
+                    ..Bracket::new(10.0, 10.0)
+                },
+                Bracket {
+                    rounds: 3,
+                    ..Bracket::new(50.0, 51.0)
+                }
+            )
+        );
+        // never steady: the bracket whose worse limit moved least (1.2 against 1.6 and 2.0)
+        let ((bs, kept), runs) = run(&[
+            [10.0, 50.0],
+            [16.0, 50.0],
+            [10.0, 50.0],
+            [10.0, 100.0],
+            [12.0, 50.0],
+            [10.0, 55.0],
+        ]);
+        assert_eq!((runs, kept), (3, 3));
+        assert_eq!(bs.map(|b| b.drift()), [1.2, 1.1]);
     }
 
     #[test]

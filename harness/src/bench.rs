@@ -258,7 +258,7 @@ impl Bracket {
 
 /// How many brackets [`Bracket::settled`] may read of a figure: [`SETTLE_ROUNDS`], or one in a
 /// `--quick` (smoke) run.
-fn settle_rounds(quick: bool) -> usize {
+pub(crate) fn settle_rounds(quick: bool) -> usize {
     if quick {
         1
     } else {
@@ -593,17 +593,21 @@ pub struct MovedLimit {
 pub fn moved_limits(figures: &[Figure]) -> Vec<MovedLimit> {
     figures
         .iter()
-        .filter_map(|f| {
-            let b = f.bracket?;
-            b.moved().then(|| MovedLimit {
-                name: f.name.clone(),
-                before: b.before,
-                after: b.after,
-                drift: b.drift(),
-                rounds: b.rounds,
-            })
-        })
+        .filter_map(|f| MovedLimit::of(&f.name, f.bracket.as_ref()?))
         .collect()
+}
+
+impl MovedLimit {
+    /// The limit `name` read as `bracket`, when its readings [moved](Bracket::moved) apart.
+    pub fn of(name: &str, bracket: &Bracket) -> Option<MovedLimit> {
+        bracket.moved().then(|| MovedLimit {
+            name: name.into(),
+            before: bracket.before,
+            after: bracket.after,
+            drift: bracket.drift(),
+            rounds: bracket.rounds,
+        })
+    }
 }
 
 /// The line `bench` prints under its table about the `bracketed` limits of a run (limits read

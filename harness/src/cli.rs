@@ -721,7 +721,8 @@ fn bench(
     }
     let host = crate::bench::Host::this();
     let moved = crate::bench::moved_limits(&figures);
-    print_host(&host, load.as_ref(), &figures, &moved);
+    let bracketed = figures.iter().filter(|f| f.bracket.is_some()).count();
+    print_host(&host, load.as_ref(), bracketed, &moved);
     if against.is_some() {
         print_against(&figures);
     }
@@ -791,7 +792,12 @@ fn bench_scaling(quick: bool, json: Option<PathBuf>, svg: Option<PathBuf>) -> Ou
          least squares on log-log; {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    println!("host: {}", s.host);
+    let bracketed = s
+        .kernels
+        .iter()
+        .filter(|k| k.limit_bracket.is_some())
+        .count();
+    print_host(&s.host, s.host_load.as_ref(), bracketed, &s.moved_limits);
     save(json, &s)?;
     if let Some(path) = &svg {
         crate::report::output::write_atomic(path, scaling::svg(&s).as_bytes())
@@ -877,14 +883,13 @@ fn print_against(figures: &[crate::bench::Figure]) {
 fn print_host(
     host: &crate::bench::Host,
     load: Option<&crate::bench::HostLoad>,
-    figures: &[crate::bench::Figure],
+    bracketed: usize,
     moved: &[crate::bench::MovedLimit],
 ) {
     println!("host: {host}");
     if let Some(load) = load {
         println!("{load}");
     }
-    let bracketed = figures.iter().filter(|f| f.bracket.is_some()).count();
     if let Some(line) = crate::bench::moved_summary(bracketed, moved) {
         println!("{line}");
     }

@@ -138,6 +138,20 @@ pub struct ScalingKernel {
     pub fit_top_half: Option<PowerFit>,
     /// Where the limit comes from, or why there is none.
     pub limit_source: String,
+    /// The limit's readings on both sides of the largest size's timing; `None` for a limit
+    /// read once.
+    pub limit_bracket: Option<LimitBracket>,
+}
+
+/// A scaling kernel's limit read on both sides of its largest size's timing: its name and its
+/// [`super::Bracket`] (`{"name", "before", "after", "rounds"}` in the JSON).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LimitBracket {
+    /// The limit's name, as `bench all` would call it.
+    pub name: String,
+    /// Its readings.
+    #[serde(flatten)]
+    pub bracket: super::Bracket,
 }
 
 impl ScalingKernel {
@@ -167,7 +181,25 @@ impl ScalingKernel {
             fit_top_half: fit_power_law(&top_half(&xy)),
             points,
             limit_source: limit_source.into(),
+            limit_bracket: None,
         }
+    }
+
+    /// The kernel with its limit, `name`, read on both sides of its largest size's timing.
+    pub fn with_limit_bracket(self, name: &str, bracket: super::Bracket) -> ScalingKernel {
+        ScalingKernel {
+            limit_bracket: Some(LimitBracket {
+                name: name.into(),
+                bracket,
+            }),
+            ..self
+        }
+    }
+
+    /// The limit's bracket as a [`super::MovedLimit`] when its readings moved apart.
+    pub fn moved_limit(&self) -> Option<super::MovedLimit> {
+        let l = self.limit_bracket.as_ref()?;
+        super::MovedLimit::of(&l.name, &l.bracket)
     }
 }
 
@@ -229,6 +261,11 @@ pub struct Scaling {
     pub caches: Vec<Cache>,
     /// One entry per kernel measured.
     pub kernels: Vec<ScalingKernel>,
+    /// The machine's other load over the run ([`super::HostLoad`]; `None` where it cannot be
+    /// read).
+    pub host_load: Option<super::HostLoad>,
+    /// The bracketed limits whose readings moved apart ([`ScalingKernel::moved_limit`]).
+    pub moved_limits: Vec<super::MovedLimit>,
 }
 
 /// Median seconds per call of `f` over `reps` samples, each sample timing enough back-to-back
@@ -250,6 +287,8 @@ pub fn median_per_call(reps: usize, min_sample: f64, mut f: impl FnMut()) -> f64
 /// The sizes, repetitions and sample length of a run.
 #[derive(Debug, Clone)]
 struct Plan {
+    /// A smoke run: one bracket per bracketed limit ([`super::settle_rounds`]).
+    quick: bool,
     reps: usize,
     /// Products per thread of the CNF limit's gemm rate.
     cnf_gemm_reps: usize,
@@ -265,6 +304,7 @@ impl Plan {
     fn new(quick: bool) -> Plan {
         if quick {
             Plan {
+                quick,
                 reps: 3,
                 cnf_gemm_reps: 50,
                 min_sample: 2e-3,
@@ -276,6 +316,7 @@ impl Plan {
             }
         } else {
             Plan {
+                quick,
                 reps: 9,
                 cnf_gemm_reps: 400,
                 min_sample: 10e-3,
@@ -301,6 +342,7 @@ pub const STACK_LAYER: (usize, usize) = (1024, 4096);
 /// `quick` keeps it to a few seconds: fewer and smaller sizes, three repetitions.
 pub fn run(quick: bool, mut on_kernel: impl FnMut(&str)) -> Result<Scaling> {
     super::keep_freed_memory();
+    let mark = super::LoadMark::now();
     let plan = Plan::new(quick);
     let mut kernels = Vec::new();
     on_kernel("adam_fused");
@@ -315,7 +357,13 @@ pub fn run(quick: bool, mut on_kernel: impl FnMut(&str)) -> Result<Scaling> {
     kernels.push(ode(&plan)?);
     on_kernel("stacked_init_chunked");
     kernels.push(stack(&plan)?);
+    let host_load = mark.and_then(|m| m.load());
     Ok(Scaling {
+        host_load,
+        moved_limits: kernels
+            .iter()
+            .filter_map(ScalingKernel::moved_limit)
+            .collect(),
         area: "scaling".into(),
         host: super::Host::this(),
         quick,
@@ -362,7 +410,7 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
             on_kernel("radam_fused");
         }
         let mut measured = Vec::new();
-        let mut stream = 0.0f64;
+        let mut bracket = None;
         for &e in &plan.params_log2 {
             let n = 1usize << e;
             let leaf = |v: f32| -> Result<Tree<f32>> {
@@ -380,56 +428,71 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
             for _ in 0..8 {
                 opt.step(&mut p, &g)?; // past RAdam's switch to the rectified branch
             }
-            let own_stream = |p: &mut Tree<f32>, opt: &mut FusedMoments<f32>| {
-                let secs = super::best_seconds(plan.reps.min(5), || {
-                    super::own_arrays_pass(p, &g, opt.state_mut())
+            // the step's median time per call; at the largest size read inside its limit's
+            // bracket, settled like `bench all`'s ([`super::Bracket::settled`])
+            let state = std::cell::RefCell::new((&mut p, &mut opt));
+            let time_steps = || {
+                let (p, opt) = &mut *state.borrow_mut();
+                let mut err = None;
+                let secs = median_per_call(plan.reps, plan.min_sample, || {
+                    if let Err(e) = opt.step(p, &g) {
+                        err = Some(e);
+                    }
                 });
-                (super::FUSED_BYTES_PER_PARAM * n) as f64 / secs / 1e9
+                err.map_or(Ok(secs), Err)
             };
-            let before = (n == largest).then(|| own_stream(&mut p, &mut opt));
-            let mut err = None;
-            let secs = median_per_call(plan.reps, plan.min_sample, || {
-                if let Err(e) = opt.step(&mut p, &g) {
-                    err = Some(e);
-                }
-            });
-            if let Some(e) = err {
-                return Err(e.into());
-            }
-            if let Some(before) = before {
-                let after = own_stream(&mut p, &mut opt);
-                stream = super::Bracket::new(before, after).limit();
-            }
+            let secs = if n == largest {
+                let own_stream = || {
+                    let (p, opt) = &mut *state.borrow_mut();
+                    let secs = super::best_seconds(plan.reps.min(5), || {
+                        super::own_arrays_pass(p, &g, opt.state_mut())
+                    });
+                    (super::FUSED_BYTES_PER_PARAM * n) as f64 / secs / 1e9
+                };
+                let (b, secs) = super::Bracket::settled(
+                    super::settle_rounds(plan.quick),
+                    own_stream,
+                    time_steps,
+                )?;
+                bracket = Some(b);
+                secs
+            } else {
+                time_steps()?
+            };
             measured.push((n, secs));
         }
         timed.push(measured);
-        streams.push(stream);
+        streams.push(bracket.expect("the largest size is among the sizes"));
     }
     let mut out = Vec::new();
-    for (((name, rectified), measured), stream) in [("adam_fused", false), ("radam_fused", true)]
+    for (((name, rectified), measured), bracket) in [("adam_fused", false), ("radam_fused", true)]
         .into_iter()
         .zip(timed)
         .zip(streams)
     {
+        let stream = bracket.limit();
         let limit = |n: usize| (super::FUSED_BYTES_PER_PARAM * n) as f64 / (stream * 1e9);
         let measured = measured
             .into_iter()
             .map(|(n, secs)| (n as f64, secs, Some(limit(n))))
             .collect();
-        out.push(ScalingKernel::new(
-            name,
-            &format!(
-                "one fused {} step in place, one f32 leaf",
-                if rectified { "RAdam" } else { "Adam" }
-            ),
-            "parameters",
-            measured,
-            &format!(
+        out.push(
+            ScalingKernel::new(
+                name,
+                &format!(
+                    "one fused {} step in place, one f32 leaf",
+                    if rectified { "RAdam" } else { "Adam" }
+                ),
+                "parameters",
+                measured,
+                &format!(
                 "stream_4r3w, own arrays, {} ({stream:.2} GB/s): 28 B per parameter (read g, p, \
                  m, v; write p, m, v, over the step's own arrays at {0} parameters)",
                 size_label(largest as f64)
             ),
-        ));
+            )
+            .with_limit_bracket(&format!("{name}_own_arrays_gbps"), bracket),
+        );
     }
     let radam = out.pop().expect("two kernels");
     let adam = out.pop().expect("two kernels");
@@ -856,7 +919,8 @@ mod tests {
                 })
                 .collect(),
             "stream_4r3w: 28 B",
-        );
+        )
+        .with_limit_bracket("k_own_arrays_gbps", crate::bench::Bracket::new(20.0, 25.0));
         assert!(k.points.iter().all(|p| p.ratio == Some(0.5)));
         assert!((k.fit_full.unwrap().exponent - 1.0).abs() < 1e-12);
         assert_eq!(k.fit_top_half.unwrap().size_min, 2f64.powi(15));
@@ -877,8 +941,19 @@ mod tests {
                 kind: "Unified".into(),
                 bytes: 1 << 20,
             }],
+            host_load: None,
+            moved_limits: [&k, &ode]
+                .into_iter()
+                .filter_map(ScalingKernel::moved_limit)
+                .collect(),
             kernels: vec![k, ode],
         };
+        // the bracketed limit read 20 then 25 GB/s (1.25x): listed as moved; the other has none
+        assert_eq!(s.moved_limits.len(), 1);
+        assert_eq!(
+            (s.moved_limits[0].name.as_str(), s.moved_limits[0].drift),
+            ("k_own_arrays_gbps", 1.25)
+        );
         let doc = svg(&s);
         assert_eq!(
             doc.matches("<svg").count(),
@@ -901,6 +976,13 @@ mod tests {
             0.5e-9 * 1024.0
         );
         assert!(v["kernels"][1]["points"][0].get("limit_seconds").is_none());
+        assert_eq!(
+            v["kernels"][0]["limit_bracket"],
+            serde_json::json!({"name": "k_own_arrays_gbps", "before": 20.0, "after": 25.0,
+                "rounds": 1})
+        );
+        assert!(v["kernels"][1]["limit_bracket"].is_null());
+        assert_eq!(v["moved_limits"][0]["name"], "k_own_arrays_gbps");
         assert_eq!(figures(&s).len(), 4);
     }
 

@@ -599,6 +599,13 @@ pub fn moved_limits(figures: &[Figure]) -> Vec<MovedLimit> {
 
 impl MovedLimit {
     /// The limit `name` read as `bracket`, when its readings [moved](Bracket::moved) apart.
+    ///
+    /// ```
+    /// use harness::bench::{Bracket, MovedLimit};
+    /// assert_eq!(MovedLimit::of("a_gbps", &Bracket::new(20.0, 20.5)), None);
+    /// let m = MovedLimit::of("a_gbps", &Bracket::new(20.0, 25.0)).unwrap();
+    /// assert_eq!((m.before, m.after, m.drift, m.rounds), (20.0, 25.0, 1.25, 1));
+    /// ```
     pub fn of(name: &str, bracket: &Bracket) -> Option<MovedLimit> {
         bracket.moved().then(|| MovedLimit {
             name: name.into(),

@@ -186,6 +186,14 @@ impl ScalingKernel {
     }
 
     /// The kernel with its limit, `name`, read on both sides of its largest size's timing.
+    ///
+    /// ```
+    /// use harness::bench::{scaling::ScalingKernel, Bracket};
+    /// let k = ScalingKernel::new("k", "one call", "parameters", vec![(1024.0, 1e-6, None)], "-");
+    /// assert_eq!(k.moved_limit(), None);
+    /// let k = k.with_limit_bracket("k_gbps", Bracket::new(20.0, 30.0));
+    /// assert_eq!(k.moved_limit().map(|m| m.drift), Some(1.5));
+    /// ```
     pub fn with_limit_bracket(self, name: &str, bracket: super::Bracket) -> ScalingKernel {
         ScalingKernel {
             limit_bracket: Some(LimitBracket {
@@ -726,6 +734,8 @@ fn marks(s: &Scaling, k: &ScalingKernel) -> Vec<(f64, String)> {
 ///     threads: 2,
 ///     caches: vec![],
 ///     kernels: vec![k],
+///     host_load: None,
+///     moved_limits: vec![],
 /// };
 /// let doc = svg(&s);
 /// assert!(doc.contains("a&lt;b") && doc.contains("b = 1.00"));

@@ -150,7 +150,7 @@ impl Bracket {
         (Bracket::new(before, after), out)
     }
 
-    /// [`Bracket::around`] up to `rounds` times (at least once), stopping at the first bracket
+    /// Limit, figure, limit, up to `rounds` times (at least once), stopping at the first bracket
     /// that has not [moved](Bracket::moved): that bracket and its figure's result, or, when
     /// every one moved, the steadiest (the smallest [`Bracket::drift`], the earliest of equals).
     /// `rounds` in the result counts the brackets read. The choice looks at the limit's two
@@ -185,30 +185,36 @@ impl Bracket {
         mut measure: impl FnMut() -> f64,
         figure: impl FnMut() -> Result<T, E>,
     ) -> Result<(Bracket, T), E> {
-        let ([b], out) = Bracket::settled_each(rounds, || [measure()], figure)?;
+        let ([b], out) = Bracket::settled_each(rounds, [&mut measure], figure)?;
         Ok((b, out))
     }
 
-    /// [`Bracket::settled`] for a figure bounded by `N` limits, all read on each side of it
-    /// (`measure` gives their rates, in a fixed order): a bracket of readings is steady when no
-    /// limit in it [moved](Bracket::moved), and the steadiest is the one whose most-moved limit
-    /// moved least. The figure runs at most `rounds` times whatever `N` is.
+    /// [`Bracket::settled`] for a figure bounded by `N` limits, each read on both sides of it:
+    /// `measures` in order before the figure and in reverse order after it, so that each
+    /// limit's bracket is centred on the figure (the first limit outermost). A bracket of
+    /// readings is steady when no limit in it [moved](Bracket::moved), and the steadiest is the
+    /// one whose most-moved limit moved least. The figure runs at most `rounds` times whatever
+    /// `N` is.
     ///
     /// ```
     /// use harness::bench::Bracket;
-    /// // the first limit is steady both times; the second moves in the first bracket only
-    /// let mut readings = vec![[10.0, 51.0], [10.0, 50.0], [10.0, 80.0], [10.0, 50.0]];
+    /// // limit a is steady both times; limit b moves in the first bracket only (popped from the end)
+    /// let (mut a, mut b) = (vec![10.0, 10.0, 10.0, 10.0], vec![51.0, 50.0, 80.0, 50.0]);
     /// let mut figures = 0;
-    /// let ([a, b], figure) = Bracket::settled_each(3, || readings.pop().unwrap(), || {
-    ///     figures += 1;
-    ///     Ok::<_, String>(figures)
-    /// })?;
+    /// let ([a, b], figure) = Bracket::settled_each(
+    ///     3,
+    ///     [&mut || a.pop().unwrap(), &mut || b.pop().unwrap()],
+    ///     || {
+    ///         figures += 1;
+    ///         Ok::<_, String>(figures)
+    ///     },
+    /// )?;
     /// assert_eq!((a.rounds, b.before, b.after, figure), (2, 50.0, 51.0, 2));
     /// # Ok::<(), String>(())
     /// ```
     pub fn settled_each<const N: usize, T, E>(
         rounds: usize,
-        mut measure: impl FnMut() -> [f64; N],
+        mut measures: [&mut dyn FnMut() -> f64; N],
         mut figure: impl FnMut() -> Result<T, E>,
     ) -> Result<([Bracket; N], T), E> {
         // the drift a bracket of readings is judged by: its most-moved limit's
@@ -216,9 +222,15 @@ impl Bracket {
         let mut kept: Option<([Bracket; N], T)> = None;
         let mut read = 0;
         while read < rounds.max(1) {
-            let before = measure();
+            let mut before = [f64::NAN; N];
+            for (reading, measure) in before.iter_mut().zip(measures.iter_mut()) {
+                *reading = measure();
+            }
             let out = figure()?;
-            let after = measure();
+            let mut after = [f64::NAN; N];
+            for (reading, measure) in after.iter_mut().zip(measures.iter_mut()).rev() {
+                *reading = measure();
+            }
             read += 1;
             let bs: [Bracket; N] = std::array::from_fn(|i| Bracket::new(before[i], after[i]));
             let steady = bs.iter().all(|b| !b.moved());
@@ -1455,12 +1467,9 @@ fn optim(quick: bool) -> Result<Vec<Figure>> {
     // rates are read on both sides of it
     let ([cache_stream, flops], (ls_ms, ls_evals)) = Bracket::settled_each(
         settle_rounds(quick),
-        || {
-            [
-                cache_stream_gbps(LINESEARCH_DIM, reps),
-                f32_flops_gflops(reps),
-            ]
-        },
+        [&mut || cache_stream_gbps(LINESEARCH_DIM, reps), &mut || {
+            f32_flops_gflops(reps)
+        }],
         || linesearch_rosenbrock(LINESEARCH_DIM, 20 * reps + 1),
     )?;
     let (adam_gbps, radam_gbps) = (bytes / adam_s / 1e9, bytes / radam_s / 1e9);
@@ -2335,56 +2344,66 @@ mod tests {
     }
 
     #[test]
-    fn settled_each_runs_the_figure_once_per_bracket_and_judges_by_the_most_moved_limit() {
-        // per bracket [before, after] of two limits; the figure counts its runs
-        let run = |readings: &[[f64; 2]]| {
-            let mut next = readings.iter().copied();
+    fn settled_each_centres_every_bracket_on_the_figure_and_keeps_the_least_worst_moved() {
+        // two limits with their own readings in order (before, after of bracket 1, then 2, ...);
+        // the figure numbers its runs; every call is logged
+        let run = |rounds: usize, a: &[f64], b: &[f64]| {
+            let log = std::cell::RefCell::new(Vec::new());
+            let (mut a, mut b) = (a.iter().copied(), b.iter().copied());
             let mut figures = 0;
             let out = Bracket::settled_each(
-                SETTLE_ROUNDS,
-                || next.next().unwrap(),
+                rounds,
+                [
+                    &mut || {
+                        log.borrow_mut().push("a");
+                        a.next().unwrap()
+                    },
+                    &mut || {
+                        log.borrow_mut().push("b");
+                        b.next().unwrap()
+                    },
+                ],
                 || {
                     figures += 1;
+                    log.borrow_mut().push("figure");
                     Ok::<_, std::convert::Infallible>(figures)
                 },
             )
             .unwrap();
-            (out, figures)
+            (out, log.into_inner())
         };
-        // limit b moves in bracket 1 and limit a in bracket 2; bracket 3 steady: 3 runs in all
-        let (([a, b], kept), runs) = run(&[
-            [10.0, 50.0],
-            [10.0, 80.0],
-            [10.0, 50.0],
-            [20.0, 50.0],
-            [10.0, 50.0],
-            [10.0, 51.0],
-        ]);
-        assert_eq!((runs, kept, a.rounds, b.rounds), (3, 3, 3, 3));
-        assert_eq!(
-            (a, b),
-            (
-                Bracket {
-                    rounds: 3,
-                    ..Bracket::new(10.0, 10.0)
-                },
-                Bracket {
-                    rounds: 3,
-                    ..Bracket::new(50.0, 51.0)
-                }
-            )
+        // b moves in bracket 1, a in bracket 2, bracket 3 steady: three runs, each bracket
+        // a, b, figure, b, a
+        let (([a, b], kept), log) = run(
+            SETTLE_ROUNDS,
+            &[10.0, 10.0, 10.0, 20.0, 10.0, 10.0],
+            &[50.0, 80.0, 50.0, 50.0, 50.0, 51.0],
         );
-        // never steady: the bracket whose worse limit moved least (1.2 against 1.6 and 2.0)
-        let ((bs, kept), runs) = run(&[
-            [10.0, 50.0],
-            [16.0, 50.0],
-            [10.0, 50.0],
-            [10.0, 100.0],
-            [12.0, 50.0],
-            [10.0, 55.0],
-        ]);
-        assert_eq!((runs, kept), (3, 3));
+        assert_eq!((kept, a.rounds, b.rounds), (3, 3, 3));
+        assert_eq!(
+            (a.before, a.after, b.before, b.after),
+            (10.0, 10.0, 50.0, 51.0)
+        );
+        assert_eq!(log, ["a", "b", "figure", "b", "a"].repeat(3));
+        // never steady: the bracket whose worse limit moved least, 1.2 against 1.6 and 2.0
+        let ((bs, kept), _) = run(
+            SETTLE_ROUNDS,
+            &[10.0, 16.0, 10.0, 10.0, 10.0, 12.0],
+            &[50.0, 50.0, 50.0, 100.0, 50.0, 55.0],
+        );
+        assert_eq!(kept, 3);
         assert_eq!(bs.map(|b| b.drift()), [1.2, 1.1]);
+        // the worse limit decides, not the sum: bracket 1 (1.1 and 1.1) over bracket 2 (1.0 and
+        // 1.15), and an earlier bracket is kept over later ones
+        let ((bs, kept), _) = run(
+            SETTLE_ROUNDS,
+            &[10.0, 11.0, 10.0, 10.0, 10.0, 20.0],
+            &[50.0, 55.0, 50.0, 57.5, 50.0, 50.0],
+        );
+        assert_eq!((kept, bs[0].rounds), (1, 3));
+        // equal worst drifts: the earliest
+        let ((_, kept), _) = run(2, &[10.0, 20.0, 10.0, 10.0], &[50.0, 50.0, 50.0, 100.0]);
+        assert_eq!(kept, 1);
     }
 
     #[test]

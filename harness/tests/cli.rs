@@ -491,6 +491,44 @@ fn bench_scaling_quick_writes_its_json_and_svg_and_refuses_bad_outputs() {
             "stacked_init_chunked"
         ]
     );
+    // Adam's and RAdam's limits are read around their largest size, once in a quick run, and
+    // listed as moved exactly when their readings are more than 5% apart; the others once
+    let mut moved = Vec::new();
+    for k in kernels {
+        let b = &k["limit_bracket"];
+        if ["adam_fused", "radam_fused"].contains(&k["name"].as_str().unwrap()) {
+            assert_eq!(
+                b["name"],
+                format!("{}_own_arrays_gbps", k["name"].as_str().unwrap())
+            );
+            assert_eq!(b["rounds"], 1, "{b}");
+            let (before, after) = (b["before"].as_f64().unwrap(), b["after"].as_f64().unwrap());
+            if before.max(after) / before.min(after) > harness::bench::HOST_DRIFT_RATIO {
+                moved.push(b["name"].clone());
+            }
+        } else {
+            assert!(b.is_null(), "{k}");
+        }
+    }
+    let listed: Vec<_> = v["moved_limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].clone())
+        .collect();
+    assert_eq!(listed, moved);
+    assert!(
+        stdout.contains("\nlimits read before and after their figures: 2, "),
+        "{stdout}"
+    );
+    if harness::bench::LoadMark::now().is_some() {
+        assert!(
+            v["host_load"]["seconds"].as_f64().unwrap() > 0.0,
+            "{}",
+            v["host_load"]
+        );
+        assert!(stdout.contains("\nhost load over "), "{stdout}");
+    }
     for k in kernels {
         let points = k["points"].as_array().unwrap();
         assert!(points.len() >= 3, "{k}");

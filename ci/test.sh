@@ -4,19 +4,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # outputs below go to target/, wherever CARGO_TARGET_DIR puts the build
 mkdir -p target
+# `== step: <what> (<seconds since the start>)` before each check, and the total at the end, so
+# that a log shows where CI's time goes (the run must stay within its time limit).
+step() { echo "== step: $* (at ${SECONDS} s)"; }
+trap 'echo "== steps ended at ${SECONDS} s"' EXIT
+step "cargo test --release"
 cargo test --release
+step "golden replays and mutants"
 cargo run --release -q -p harness -- golden fixtures/golden
 cargo run --release -q -p harness -- golden --face dfdx fixtures/golden
 cargo run --release -q -p harness -- mutants
+step "the custom optimizer example"
 # The subject API on a user-written Adam: every law passes on `good`; `buggy` must fail (exit 1).
 cargo run --release -q -p harness --example custom_optimizer -- good
 if cargo run --release -q -p harness --example custom_optimizer -- buggy; then
     echo "custom_optimizer buggy: the planted bug was not caught" >&2
     exit 1
 fi
+step "peers"
 # The laws on Rust crates written elsewhere: exit 0 once it ran (findings are rows, not failures).
 cargo run --release -q -p peers -- --json target/peers.json > /dev/null
+step "fuzz smoke"
 bash ci/fuzz-smoke.sh
+step "fmt, clippy, workflows, rustdoc"
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 # The workflows a repository host runs (.github/workflows) against the workflow schema.
@@ -25,8 +35,10 @@ bash ci/lint-workflows.sh
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness -p harness-reference -p peers
 # The laws against the real libraries (CI reaches PyPI): one venv per pinned profile (skipped when
 # up to date), then every subject of every profile; exit 1 if a verdict differs from the expected one.
+step "upstream setup and check"
 cargo run --release -q -p harness -- upstream setup
 cargo run --release -q -p harness -- upstream check --json target/upstream-check.json
+step "upstream diff"
 cargo run --release -q -p harness -- upstream diff --cases 20 --json target/upstream-diff.json
 # Nothing above may write into the repository: outputs go to target/ or a temporary directory,
 # and committed snapshots, corpora and fixtures change only by review.

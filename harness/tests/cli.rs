@@ -491,23 +491,40 @@ fn bench_scaling_quick_writes_its_json_and_svg_and_refuses_bad_outputs() {
             "stacked_init_chunked"
         ]
     );
-    // Adam's and RAdam's limits are read around their largest size, once in a quick run, and
-    // listed as moved exactly when their readings are more than 5% apart; the others once
+    // every limit is read around its kernel's largest size, once in a quick run, and listed as
+    // moved exactly when its readings are more than 5% apart; the ODE kernel has no limit
+    let expected = [
+        ("adam_fused", Some(("adam_fused_own_arrays_gbps", "GB/s"))),
+        ("radam_fused", Some(("radam_fused_own_arrays_gbps", "GB/s"))),
+        ("newton_schulz5", Some(("gemm_256_gflops", "GFLOP/s"))),
+        (
+            "cnf_loglik",
+            Some(("gemm_f64_384x64x64_all_cores_gflops", "GFLOP/s")),
+        ),
+        ("ode_lv_tsit5_constant", None),
+        (
+            "stacked_init_chunked",
+            Some(("fresh_write_64mib_gbps", "GB/s")),
+        ),
+    ];
     let mut moved = Vec::new();
-    for k in kernels {
+    for (k, (name, limit)) in kernels.iter().zip(expected) {
+        assert_eq!(k["name"], name);
         let b = &k["limit_bracket"];
-        if ["adam_fused", "radam_fused"].contains(&k["name"].as_str().unwrap()) {
-            assert_eq!(
-                b["name"],
-                format!("{}_own_arrays_gbps", k["name"].as_str().unwrap())
-            );
-            assert_eq!(b["rounds"], 1, "{b}");
-            let (before, after) = (b["before"].as_f64().unwrap(), b["after"].as_f64().unwrap());
-            if before.max(after) / before.min(after) > harness::bench::HOST_DRIFT_RATIO {
-                moved.push(b["name"].clone());
-            }
-        } else {
+        let Some((limit, unit)) = limit else {
             assert!(b.is_null(), "{k}");
+            continue;
+        };
+        assert_eq!(
+            (&b["name"], &b["unit"]),
+            (&limit.into(), &unit.into()),
+            "{b}"
+        );
+        assert_eq!(b["rounds"], 1, "{b}");
+        let (before, after) = (b["before"].as_f64().unwrap(), b["after"].as_f64().unwrap());
+        assert!(before > 0.0 && after > 0.0, "{b}");
+        if before.max(after) / before.min(after) > harness::bench::HOST_DRIFT_RATIO {
+            moved.push(b["name"].clone());
         }
     }
     let listed: Vec<_> = v["moved_limits"]
@@ -518,7 +535,7 @@ fn bench_scaling_quick_writes_its_json_and_svg_and_refuses_bad_outputs() {
         .collect();
     assert_eq!(listed, moved);
     assert!(
-        stdout.contains("\nlimits read before and after their figures: 2, "),
+        stdout.contains("\nlimits read before and after their figures: 5, "),
         "{stdout}"
     );
     if harness::bench::LoadMark::now().is_some() {

@@ -737,6 +737,30 @@ pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
     median((0..reps.max(1)).map(|_| seconds(&mut f)).collect())
 }
 
+/// A timing (`time`, given the call to time) of a call that can fail: the time, or the first
+/// error of `call` (after which `call` is not run again).
+///
+/// ```
+/// use harness::bench::{median_seconds, timed_fallibly};
+/// let mut calls = 0;
+/// let ok = timed_fallibly(|f| median_seconds(3, f), || Ok::<(), String>(calls += 1));
+/// assert!(ok.is_ok() && calls == 3);
+/// let failed = timed_fallibly(|f| median_seconds(3, f), || Err::<(), _>("diverged"));
+/// assert_eq!(failed, Err("diverged"));
+/// ```
+pub fn timed_fallibly<E>(
+    time: impl FnOnce(&mut dyn FnMut()) -> f64,
+    mut call: impl FnMut() -> std::result::Result<(), E>,
+) -> std::result::Result<f64, E> {
+    let mut err = None;
+    let secs = time(&mut || {
+        if err.is_none() {
+            err = call().err();
+        }
+    });
+    err.map_or(Ok(secs), Err)
+}
+
 /// Shortest wall time of `reps` runs of `f`, in seconds: what a limit measures (the best the
 /// machine does on that work in this run).
 pub fn best_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
@@ -1811,14 +1835,13 @@ fn stack(quick: bool) -> Result<Vec<Figure>> {
         settle_rounds(quick),
         || fresh_write_gbps(n, reps.max(3)),
         || {
-            let mut err = None;
-            let secs = median_seconds(reps, || {
-                match build::<half::f16>(&cfg, 0, Strategy::ChunkedDirect, &mut ()) {
-                    Ok(m) => drop(std::hint::black_box(m)),
-                    Err(e) => err = Some(e),
-                }
-            });
-            err.map_or(Ok(secs), Err)
+            timed_fallibly(
+                |f| median_seconds(reps, f),
+                || {
+                    build::<half::f16>(&cfg, 0, Strategy::ChunkedDirect, &mut ())
+                        .map(|m| drop(std::hint::black_box(m)))
+                },
+            )
         },
     )?;
     // the generator alone, as the init runs it (hashed, scaled and rounded to f16 in one pass),
@@ -2041,17 +2064,11 @@ fn cnf_train_step_seconds<A: crate::backend::Real>(
     use crate::cnf::train::Trainer;
     let mut trainer = Trainer::<A>::typed(cfg, tc, Dataset::TwoMoons)?;
     let state = trainer.init()?;
-    let mut err = None;
     trainer.step(&state)?;
-    let step_s = median_seconds(reps, || {
-        if let Err(e) = trainer.step(&state) {
-            err = Some(e);
-        }
-    });
-    match err {
-        Some(e) => Err(e.into()),
-        None => Ok(step_s),
-    }
+    Ok(timed_fallibly(
+        |f| median_seconds(reps, f),
+        || trainer.step(&state).map(drop),
+    )?)
 }
 
 /// Samples whose stacked rows set the CNF limit's product shape: `(1 + d) 128` rows, `384 x 64 x

@@ -20,7 +20,7 @@
 //! ([`fit_power_law`]) over the whole range and over its upper half (the larger sizes, where a
 //! kernel is in its asymptotic regime).
 
-use super::{median_seconds, Figure};
+use super::{median_seconds, timed_fallibly, Figure};
 use crate::backend::Array;
 use crate::ode::Integration;
 use crate::optim::{AdamHyper, FusedMoments, RadamHyper, Selection};
@@ -487,13 +487,10 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
             Ok((p, g, opt))
         };
         let time = |(p, g, opt): &mut Fused| {
-            let mut err = None;
-            let secs = median_per_call(plan.reps, plan.min_sample, || {
-                if let Err(e) = opt.step(p, g) {
-                    err = Some(e);
-                }
-            });
-            err.map_or(Ok(secs), |e| Err(e.into()))
+            Ok(timed_fallibly(
+                |f| median_per_call(plan.reps, plan.min_sample, f),
+                || opt.step(p, g).map(drop),
+            )?)
         };
         // the limit: the 4-read 3-write pass over the kernel's own arrays ([`super::own_arrays_pass`];
         // where an array lands changes how fast it streams on the shared host, and the host's
@@ -587,13 +584,10 @@ fn cnf(plan: &Plan) -> Result<ScalingKernel> {
     let setup =
         |b: usize| -> Result<Vec<f64>> { Ok((0..2 * b).map(|i| (i as f64 * 0.3).sin()).collect()) };
     let time = |x: &mut Vec<f64>| {
-        let mut err = None;
-        let secs = median_per_call(plan.reps, plan.min_sample, || {
-            if let Err(e) = log_likelihood(&params, x, None) {
-                err = Some(e);
-            }
-        });
-        err.map_or(Ok(secs), |e| Err(e.into()))
+        Ok(timed_fallibly(
+            |f| median_per_call(plan.reps, plan.min_sample, f),
+            || log_likelihood(&params, x, None).map(drop),
+        )?)
     };
     let gemm = |_: &mut _| super::cnf_chunk_gemm_gflops::<f64>(&cfg, plan.cnf_gemm_reps);
     let (times, bracket) = timed_with_limit(plan, &plan.batches, setup, time, gemm)?;
@@ -635,16 +629,10 @@ fn ode(plan: &Plan) -> Result<ScalingKernel> {
             .max_steps(steps + 16)
             .save_steps(false);
         let sol = solve(&lv, &i, &[10.0f64, 10.0])?;
-        let mut err = None;
-        let secs = median_per_call(plan.reps, plan.min_sample, || {
-            match solve(&lv, &i, &[10.0f64, 10.0]) {
-                Ok(s) => drop(std::hint::black_box(s)),
-                Err(e) => err = Some(e),
-            }
-        });
-        if let Some(e) = err {
-            return Err(e.into());
-        }
+        let secs = timed_fallibly(
+            |f| median_per_call(plan.reps, plan.min_sample, f),
+            || solve(&lv, &i, &[10.0f64, 10.0]).map(|s| drop(std::hint::black_box(s))),
+        )?;
         measured.push((sol.stats.num_accepted_steps as f64, secs, None));
     }
     Ok(ScalingKernel::new(
@@ -664,15 +652,14 @@ fn stack(plan: &Plan) -> Result<ScalingKernel> {
     let layers = |n: usize| StackConfig::new(n, d, h, DType::F16);
     let largest = layers(plan.layers.iter().copied().max().expect("a plan has sizes"))?;
     let time = |cfg: &mut StackConfig| {
-        let mut err = None;
         // one build is long enough to time; the median of the repetitions
-        let secs = median_seconds(plan.reps.min(5), || {
-            match build::<half::f16>(cfg, 0, Strategy::ChunkedDirect, &mut ()) {
-                Ok(m) => drop(std::hint::black_box(m)),
-                Err(e) => err = Some(e),
-            }
-        });
-        err.map_or(Ok(secs), |e| Err(e.into()))
+        Ok(timed_fallibly(
+            |f| median_seconds(plan.reps.min(5), f),
+            || {
+                build::<half::f16>(cfg, 0, Strategy::ChunkedDirect, &mut ())
+                    .map(|m| drop(std::hint::black_box(m)))
+            },
+        )?)
     };
     // a new buffer of the largest model's size written once (the model of the timing dropped)
     let fresh = |_: &mut _| super::fresh_write_gbps(largest.params(), plan.reps.clamp(3, 5));

@@ -7,7 +7,7 @@ mkdir -p target
 # `== step: <what> (<seconds since the start>)` before each check, and the total at the end, so
 # that a log shows where CI's time goes (the run must stay within its time limit).
 step() { echo "== step: $* (at ${SECONDS} s)"; }
-trap 'echo "== steps ended at ${SECONDS} s"' EXIT
+trap 'echo "== steps ended at ${SECONDS} s (exit $?)"' EXIT
 step "cargo test --release"
 cargo test --release
 step "golden replays and mutants"

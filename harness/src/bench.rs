@@ -796,7 +796,8 @@ pub fn keep_freed_memory() {
 }
 
 /// Run the figures of `area` (`all` runs every implemented area; `scaling` gives the fitted
-/// exponents of [`scaling::run`] as figures), after [`keep_freed_memory`].
+/// exponents of [`scaling::run`] and its limits with their brackets as figures,
+/// [`scaling::figures`]), after [`keep_freed_memory`].
 pub fn run(area: &str, quick: bool) -> Result<Vec<Figure>> {
     keep_freed_memory();
     match area {
@@ -1969,9 +1970,10 @@ fn cnf(quick: bool) -> Result<Vec<Figure>> {
         || cnf_chunk_gemm_gflops::<f64>(&cfg, gemm_reps),
         || -> Result<(f64, f64)> {
             let step_s = cnf_train_step_seconds::<f64>(cfg, tc, reps)?;
-            let fwd_s = median_seconds(reps, || {
-                let _ = crate::cnf::flow::log_likelihood(&params, &batch, None);
-            });
+            let fwd_s = timed_fallibly(
+                |f| median_seconds(reps, f),
+                || crate::cnf::flow::log_likelihood(&params, &batch, None).map(drop),
+            )?;
             Ok((step_s, fwd_s))
         },
     )?;

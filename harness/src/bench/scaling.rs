@@ -2,8 +2,8 @@
 //!
 //! Each kernel is timed over a range of sizes (median seconds per call; a sample repeats short
 //! calls back to back until it lasts long enough to time). Where the kernel has a physical
-//! limit, it is the limit `bench all` uses (for the optimizer kernels, the stream over each
-//! kernel's own arrays), measured in the same run just before and just after the largest size's
+//! limit, it is the kind of limit `bench all` uses (for the optimizer kernels, the stream over
+//! each kernel's own arrays; for the stacked init, the largest model's bytes), measured in the same run just before and just after the largest size's
 //! timing, the faster counting, and read again when the two readings moved apart, as `bench
 //! all`'s are ([`super::Bracket::settled`]); it is converted into a predicted time for every
 //! size:
@@ -951,6 +951,65 @@ mod tests {
         assert_eq!(sizes, [3.0, 4.0, 5.0]);
         assert_eq!(top_half(&p[..2]).len(), 2);
         assert_eq!(top_half(&p[..1]).len(), 1);
+    }
+
+    #[test]
+    fn only_the_largest_size_is_timed_inside_its_limits_bracket_and_errors_stop_the_sizes() {
+        use std::cell::RefCell;
+        let plan = Plan::new(true); // one bracket
+        let calls = RefCell::new(Vec::new());
+        let log = |c: String| calls.borrow_mut().push(c);
+        let (times, bracket) = timed_with_limit(
+            &plan,
+            &[4usize, 16, 8],
+            |n| {
+                log(format!("setup {n}"));
+                Ok(n)
+            },
+            |n: &mut usize| {
+                log(format!("time {n}"));
+                Ok(*n as f64 / 1e3)
+            },
+            |n: &mut usize| {
+                log(format!("limit {n}"));
+                10.0 + calls.borrow().len() as f64
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            *calls.borrow(),
+            [
+                "setup 4", "time 4", "setup 16", "limit 16", "time 16", "limit 16", "setup 8",
+                "time 8"
+            ]
+        );
+        assert_eq!(times, [(4, 0.004), (16, 0.016), (8, 0.008)]);
+        // the limit read 10 + the calls logged so far: its 4th and 6th
+        assert_eq!(
+            (bracket.before, bracket.after, bracket.rounds),
+            (14.0, 16.0, 1)
+        );
+        // a failing timing ends the run with its error, before the next size is set up
+        calls.borrow_mut().clear();
+        let failed = timed_with_limit(
+            &plan,
+            &[4usize, 16],
+            |n| {
+                log(format!("setup {n}"));
+                Ok(n)
+            },
+            |_: &mut usize| -> Result<f64> {
+                Err(crate::reference::Error::InvalidHyper {
+                    name: "n",
+                    value: "4".into(),
+                    expected: "a size that runs".into(),
+                }
+                .into())
+            },
+            |_: &mut usize| 1.0,
+        );
+        assert!(failed.unwrap_err().to_string().contains("a size that runs"));
+        assert_eq!(*calls.borrow(), ["setup 4"]);
     }
 
     #[test]

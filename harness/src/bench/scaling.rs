@@ -3,10 +3,10 @@
 //! Each kernel is timed over a range of sizes (median seconds per call; a sample repeats short
 //! calls back to back until it lasts long enough to time). Where the kernel has a physical
 //! limit, it is the kind of limit `bench all` uses (for the optimizer kernels, the stream over
-//! each kernel's own arrays; for the stacked init, the largest model's bytes), measured in the same run just before and just after the largest size's
-//! timing, the faster counting, and read again when the two readings moved apart, as `bench
-//! all`'s are ([`super::Bracket::settled`]); it is converted into a predicted time for every
-//! size:
+//! each kernel's own arrays; for the stacked init, the largest model's bytes), measured in the
+//! same run just before and just after the largest size's timing, the faster counting, and read
+//! again when the two readings moved apart, as `bench all`'s are ([`super::Bracket::settled`]);
+//! it is converted into a predicted time for every size:
 //!
 //! | kernel | size | limit |
 //! |---|---|---|
@@ -492,9 +492,9 @@ fn fused(plan: &Plan, on_kernel: &mut impl FnMut(&str)) -> Result<[ScalingKernel
                 || opt.step(p, g).map(drop),
             )?)
         };
-        // the limit: the 4-read 3-write pass over the kernel's own arrays ([`super::own_arrays_pass`];
-        // where an array lands changes how fast it streams on the shared host, and the host's
-        // memory moves between states within a run)
+        // the limit: the 4-read 3-write pass over the kernel's own arrays
+        // ([`super::own_arrays_pass`]; where an array lands changes how fast it streams on the
+        // shared host, and the host's memory moves between states within a run)
         let own_stream = |(p, g, opt): &mut Fused| {
             let n = p.numel();
             let secs = super::best_seconds(plan.reps.min(5), || {

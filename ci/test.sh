@@ -10,20 +10,27 @@ step() { echo "== step: $* (at ${SECONDS} s)"; }
 trap 'echo "== steps ended at ${SECONDS} s (exit $?)"' EXIT
 step "cargo test --release"
 cargo test --release
+# The checks below run the binaries this build made. `cargo run -p harness` (or `-p peers`) would
+# resolve the features of that one package, not of the whole workspace, and so rebuild every crate
+# whose features differ (half, serde, rand, ... and the two workspace crates above them): about
+# 12 minutes on 2 cores. Building the workspace's binaries and examples here is a no-op after the
+# test build, and names the executables.
+cargo build --release --workspace --bins --examples
+bin="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release"
 step "golden replays and mutants"
-cargo run --release -q -p harness -- golden fixtures/golden
-cargo run --release -q -p harness -- golden --face dfdx fixtures/golden
-cargo run --release -q -p harness -- mutants
+"$bin/harness" golden fixtures/golden
+"$bin/harness" golden --face dfdx fixtures/golden
+"$bin/harness" mutants
 step "the custom optimizer example"
 # The subject API on a user-written Adam: every law passes on `good`; `buggy` must fail (exit 1).
-cargo run --release -q -p harness --example custom_optimizer -- good
-if cargo run --release -q -p harness --example custom_optimizer -- buggy; then
+"$bin/examples/custom_optimizer" good
+if "$bin/examples/custom_optimizer" buggy; then
     echo "custom_optimizer buggy: the planted bug was not caught" >&2
     exit 1
 fi
 step "peers"
 # The laws on Rust crates written elsewhere: exit 0 once it ran (findings are rows, not failures).
-cargo run --release -q -p peers -- --json target/peers.json > /dev/null
+"$bin/peers" --json target/peers.json > /dev/null
 step "fuzz smoke"
 bash ci/fuzz-smoke.sh
 step "fmt, clippy, workflows, rustdoc"
@@ -36,10 +43,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p harness -p harness-reference -
 # The laws against the real libraries (CI reaches PyPI): one venv per pinned profile (skipped when
 # up to date), then every subject of every profile; exit 1 if a verdict differs from the expected one.
 step "upstream setup and check"
-cargo run --release -q -p harness -- upstream setup
-cargo run --release -q -p harness -- upstream check --json target/upstream-check.json
+"$bin/harness" upstream setup
+"$bin/harness" upstream check --json target/upstream-check.json
 step "upstream diff"
-cargo run --release -q -p harness -- upstream diff --cases 20 --json target/upstream-diff.json
+"$bin/harness" upstream diff --cases 20 --json target/upstream-diff.json
 # Nothing above may write into the repository: outputs go to target/ or a temporary directory,
 # and committed snapshots, corpora and fixtures change only by review.
 if [ -n "$(git status --porcelain)" ]; then

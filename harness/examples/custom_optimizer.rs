@@ -16,7 +16,9 @@
 //! joins the static configuration the update is specialised on (as a Python int passed to a
 //! jitted function does), so every step traces again: `optimizer_one_trace` fails.
 //! `buggy-eps` plants a numerical slip (`eps` inside the square root, a PyTorch-style mix-up):
-//! `optimizer_matches_reference` fails.
+//! `optimizer_matches_reference` fails. `buggy-count` advances the step count once per tensor
+//! rather than once per step (the counter bumped inside the loop over the leaves), which only a
+//! model with two tensors or more shows: `optimizer_matches_reference` fails on a case of two.
 
 use harness::backend::{Array, DType, Float};
 use harness::optim::Transform;
@@ -37,6 +39,8 @@ enum Variant {
     StepInKey,
     /// `m / sqrt(v + eps)` instead of `m / (sqrt(v) + eps)`.
     EpsInsideSqrt,
+    /// The step count advances once per tensor.
+    CountPerTensor,
 }
 
 /// Adam: `m = b1 m + (1-b1) g`, `v = b2 v + (1-b2) g^2`,
@@ -151,12 +155,15 @@ impl<E: Float> Transform<E> for MyAdam {
     ) -> Result<(Tree<E>, MyState<E>)> {
         grads.check_like(params, "grads")?;
         self.steps.set(self.steps.get() + 1);
-        let t = state.count.saturating_add(1);
+        let mut t = state.count.saturating_add(1);
         let (b1, b2) = (self.b1, self.b2);
-        let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
-        let c1_next = 1.0 - b1.powi(t.saturating_add(1));
         let (mut mu, mut nu, mut updates) = (Tree::new(), Tree::new(), Tree::new());
-        for (name, g) in grads.iter() {
+        for (k, (name, g)) in grads.iter().enumerate() {
+            if self.variant == Variant::CountPerTensor && k > 0 {
+                t = t.saturating_add(1);
+            }
+            let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+            let c1_next = 1.0 - b1.powi(t.saturating_add(1));
             let (m0, v0) = (&state.mu.0[name], &state.nu.0[name]);
             let n = g.data().len();
             let (mut m, mut v, mut u) = (
@@ -198,8 +205,11 @@ fn main() -> ExitCode {
         "good" => Variant::Good,
         "buggy" => Variant::StepInKey,
         "buggy-eps" => Variant::EpsInsideSqrt,
+        "buggy-count" => Variant::CountPerTensor,
         other => {
-            eprintln!("custom_optimizer: unknown variant `{other}` (good, buggy, buggy-eps)");
+            eprintln!(
+                "custom_optimizer: unknown variant `{other}` (good, buggy, buggy-eps, buggy-count)"
+            );
             return ExitCode::from(2);
         }
     };

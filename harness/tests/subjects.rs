@@ -92,6 +92,11 @@ enum Bug {
     NanOnZeroGrad,
     /// Keeps every update it returns (a buffer per step).
     Leak,
+    /// The step count advances once per tensor instead of once per step (a counter bumped
+    /// inside the loop over the leaves).
+    CountPerTensor,
+    /// The step count is kept in 8 bits: step 256 stores 0, so step 257 bias-corrects as step 1.
+    EightBitCount,
 }
 
 struct Planted {
@@ -154,6 +159,12 @@ impl<E: Float> Transform<E> for Planted {
                     .push(a.data().iter().map(|x| x.as_f64()).collect());
             }
         }
+        let mut inner = inner;
+        match self.bug {
+            Bug::CountPerTensor => inner.0.count += g.iter().count() as i32 - 1,
+            Bug::EightBitCount => inner.0.count = inner.0.count as u8 as i32,
+            _ => {}
+        }
         Ok((
             u,
             PlantedState {
@@ -203,6 +214,14 @@ fn each_optimizer_law_fails_on_its_planted_bug_with_a_small_counterexample() {
         ),
         (Bug::NanOnZeroGrad, "optimizer_updates_finite", "NaN"),
         (Bug::Leak, "optimizer_live_bytes_flat", "live bytes grew"),
+        // found only on a tree of two tensors or more, from the second step on
+        (Bug::CountPerTensor, "optimizer_matches_reference", "step 2"),
+        // found only on a run past 256 steps
+        (
+            Bug::EightBitCount,
+            "optimizer_matches_reference",
+            "step 257",
+        ),
     ];
     for (bug, law, needle) in cases {
         let r = planted_suite(bug);
@@ -215,6 +234,92 @@ fn each_optimizer_law_fails_on_its_planted_bug_with_a_small_counterexample() {
         assert!(c.contains(needle), "{law}: {c}");
         assert!(c.contains("minimal input"), "{law}: {c}");
         println!("{law} on its planted bug:\n{c}\n");
+    }
+}
+
+#[test]
+fn a_law_that_no_case_reaches_fails_and_a_passing_law_counts_the_cases_that_reached_the_subject() {
+    let _serial = serial();
+    // Adam's spec refused as RAdam's is: the factory builds nothing
+    let nothing =
+        |s: &OptimizerSpec| -> Result<Staged<AdamChain>> { Err(optimizer::unsupported(s)) };
+    let r = optimizer::check(
+        "builds nothing",
+        &nothing,
+        &SuiteOptions {
+            memory: false,
+            ..opts()
+        },
+    );
+    let c = counterexample(&r, "optimizer_matches_reference");
+    assert!(!r.passed());
+    assert!(c.starts_with("no case reached the subject"), "{c}");
+    // the reference Adam is built for the Adam cases only, and the report says how many ran
+    let adam = |s: &OptimizerSpec| reference_adam(s).map(Staged::new);
+    let r = optimizer::check(
+        "reference adam",
+        &adam,
+        &SuiteOptions {
+            memory: false,
+            ..opts()
+        },
+    );
+    for law in &r.laws {
+        assert!(
+            law.passed && law.cases > 0 && law.cases < opts().cases,
+            "{}",
+            r.summary()
+        );
+        let evidence = law.counterexample.as_deref().unwrap_or_default();
+        assert!(
+            evidence.starts_with(&format!("{} of {} cases", law.cases, opts().cases)),
+            "{evidence}"
+        );
+    }
+}
+
+#[test]
+fn the_suite_draws_both_algorithms_several_tensors_matrices_and_long_runs() {
+    use proptest::strategy::{Strategy, ValueTree};
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let cases: Vec<_> = (0..400)
+        .map(|_| {
+            optimizer::suite_case()
+                .new_tree(&mut runner)
+                .unwrap()
+                .current()
+        })
+        .collect();
+    let share = |f: &dyn Fn(&optimizer::SuiteCase) -> bool| {
+        cases.iter().filter(|c| f(c)).count() as f64 / cases.len() as f64
+    };
+    let adam = share(&|c| c.algorithm == Algorithm::Adam);
+    assert!((0.4..0.6).contains(&adam), "Adam in {adam} of the cases");
+    assert!(share(&|c| c.tensors.len() >= 2) > 0.3);
+    assert!(share(&|c| c.tensors.iter().any(|(_, s)| s.len() == 2)) > 0.1);
+    let long = share(&|c| c.run.grads.len() == optimizer::LONG_RUN_STEPS);
+    assert!((0.05..0.25).contains(&long), "long runs: {long}");
+    for c in &cases {
+        let sizes: usize = c
+            .tensors
+            .iter()
+            .map(|(_, s)| s.iter().product::<usize>())
+            .sum();
+        assert_eq!(sizes, c.run.params.len(), "{c:?}");
+        let empty = c.tensors.iter().any(|(_, s)| s.contains(&0));
+        assert!(
+            !empty || c.tensors.len() == 1,
+            "an empty tensor beside others: {c:?}"
+        );
+        assert!(matches!(c.run.dtype, DType::F32 | DType::F64), "{c:?}");
+        let p = c.params::<f32>();
+        assert_eq!(p.iter().count(), c.tensors.len());
+        assert!(
+            c.grads::<f64>()
+                .iter()
+                .all(|g| g.check_like(&p, "grads").is_ok()),
+            "{c:?}"
+        );
     }
 }
 

@@ -332,37 +332,46 @@ pub fn check_pytorch_convention<O: optimizer::BothDtypes>(
         })
         .collect();
     let by_dtype =
-        |c: &harness::laws::strategies::OptCase,
-         f32_law: &dyn Fn(&harness::laws::strategies::OptCase) -> Result<(), String>,
-         f64_law: &dyn Fn(&harness::laws::strategies::OptCase) -> Result<(), String>| {
-            match c.dtype {
+        |c: &optimizer::SuiteCase,
+         f32_law: &dyn Fn(&optimizer::SuiteCase) -> Result<(), String>,
+         f64_law: &dyn Fn(&optimizer::SuiteCase) -> Result<(), String>| {
+            match c.run.dtype {
                 harness::backend::DType::F32 => f32_law(c),
                 harness::backend::DType::F64 => f64_law(c),
                 _ => Ok(()),
             }
         };
+    // each property law reports how many of its cases reached the subject
     let law = "optimizer_updates_finite";
-    laws.push(timed(law, Family::CondVsWhere, cases, false, || {
-        check_property_replayed_by(&replay(law), cases, seed, optimizer::suite_case(), |c| {
-            by_dtype(c, &|c| optimizer::updates_finite::<f32, O>(c, make), &|c| {
-                optimizer::updates_finite::<f64, O>(c, make)
+    laws.push(optimizer::counted(cases, make, |make| {
+        timed(law, Family::CondVsWhere, cases, false, || {
+            check_property_replayed_by(&replay(law), cases, seed, optimizer::suite_case(), |c| {
+                by_dtype(
+                    c,
+                    &|c| optimizer::updates_finite::<f32, O>(c, &make),
+                    &|c| optimizer::updates_finite::<f64, O>(c, &make),
+                )
             })
         })
     }));
     let law = "optimizer_rejects_invalid_hyperparameters";
-    laws.push(timed(law, Family::Numerics, cases, false, || {
-        check_property_replayed_by(&replay(law), cases, seed, optimizer::invalid_case(), |c| {
-            optimizer::rejects_invalid::<O>(c, make)
+    laws.push(optimizer::counted(cases, make, |make| {
+        timed(law, Family::Numerics, cases, false, || {
+            check_property_replayed_by(&replay(law), cases, seed, optimizer::invalid_case(), |c| {
+                optimizer::rejects_invalid::<O>(c, &make)
+            })
         })
     }));
     let law = "optimizer_state_signature_fixed";
-    laws.push(timed(law, Family::FixedStateShape, cases, false, || {
-        check_property_replayed_by(&replay(law), cases, seed, optimizer::suite_case(), |c| {
-            by_dtype(
-                c,
-                &|c| optimizer::state_signature_fixed::<f32, O>(c, make),
-                &|c| optimizer::state_signature_fixed::<f64, O>(c, make),
-            )
+    laws.push(optimizer::counted(cases, make, |make| {
+        timed(law, Family::FixedStateShape, cases, false, || {
+            check_property_replayed_by(&replay(law), cases, seed, optimizer::suite_case(), |c| {
+                by_dtype(
+                    c,
+                    &|c| optimizer::state_signature_fixed::<f32, O>(c, &make),
+                    &|c| optimizer::state_signature_fixed::<f64, O>(c, &make),
+                )
+            })
         })
     }));
     let default_radam = optimizer::OptimizerSpec {
@@ -375,11 +384,19 @@ pub fn check_pytorch_convention<O: optimizer::BothDtypes>(
         .unwrap_or(false);
     if stages {
         let law = "optimizer_one_trace";
-        laws.push(timed(law, Family::TraceCount, cases, false, || {
-            check_property_replayed_by(&replay(law), cases, seed, optimizer::suite_case(), |c| {
-                by_dtype(c, &|c| optimizer::one_trace::<f32, O>(c, make), &|c| {
-                    optimizer::one_trace::<f64, O>(c, make)
-                })
+        laws.push(optimizer::counted(cases, make, |make| {
+            timed(law, Family::TraceCount, cases, false, || {
+                check_property_replayed_by(
+                    &replay(law),
+                    cases,
+                    seed,
+                    optimizer::suite_case(),
+                    |c| {
+                        by_dtype(c, &|c| optimizer::one_trace::<f32, O>(c, &make), &|c| {
+                            optimizer::one_trace::<f64, O>(c, &make)
+                        })
+                    },
+                )
             })
         }));
     } else {

@@ -40,12 +40,12 @@
 //! ```
 
 use harness::backend::{Array, DType, Real};
-use harness::laws::radam::{finiteness_domain, leaf};
+use harness::laws::radam::finiteness_domain;
 use harness::laws::strategies::OptCase;
 use harness::optim::{self, RadamHyper, Selection, Transform};
 use harness::reference::{Error, Result};
 use harness::subject::optimizer::{
-    compare_step_for_step, spec_of, Algorithm, Factory, Optimizer, OptimizerSpec,
+    compare_step_for_step, Algorithm, Factory, Optimizer, OptimizerSpec, SuiteCase,
 };
 use harness::tree::{apply_updates, Tree};
 
@@ -128,10 +128,13 @@ impl Torch {
     /// The spec that asks a subject's factory for this optimizer, with `case`'s learning rate,
     /// `b1`, `b2` and `eps` (the table in the type's documentation).
     pub fn spec(&self, case: &OptCase) -> OptimizerSpec {
-        let mut spec = spec_of(case);
-        spec.algorithm = match self {
-            Torch::RAdam => Algorithm::RAdam,
-            _ => Algorithm::Adam,
+        let mut spec = OptimizerSpec {
+            algorithm: match self {
+                Torch::RAdam => Algorithm::RAdam,
+                _ => Algorithm::Adam,
+            },
+            learning_rate: case.learning_rate,
+            hyper: case.hyper,
         };
         spec.hyper.threshold = 5.0;
         spec.hyper.moments.nesterov = matches!(self, Torch::NAdam { .. });
@@ -326,9 +329,9 @@ pub enum Compared {
 
 /// The case PyTorch's convention runs: the drawn case with `threshold` 5 (PyTorch's, which has
 /// no such parameter).
-pub fn pytorch_case(case: &OptCase) -> OptCase {
+pub fn pytorch_case(case: &SuiteCase) -> SuiteCase {
     let mut c = case.clone();
-    c.hyper.threshold = 5.0;
+    c.run.hyper.threshold = 5.0;
     c
 }
 
@@ -342,7 +345,7 @@ pub fn pytorch_case(case: &OptCase) -> OptCase {
 /// # References
 /// - `harness::subject::optimizer::matches_reference` (the same law against optax's convention).
 pub fn matches_pytorch_convention<E: Real, O: Optimizer<E>>(
-    case: &OptCase,
+    case: &SuiteCase,
     make: &impl Factory<O>,
     torches: &[Torch],
 ) -> std::result::Result<Compared, String> {
@@ -356,18 +359,19 @@ pub fn matches_pytorch_convention<E: Real, O: Optimizer<E>>(
 }
 
 fn matches_one<E: Real, O: Optimizer<E>>(
-    case: &OptCase,
+    case: &SuiteCase,
     torch: Torch,
     make: &impl Factory<O>,
 ) -> std::result::Result<Compared, String> {
-    let spec = torch.spec(case);
+    let spec = torch.spec(&case.run);
     let case = pytorch_case(case);
-    if !finiteness_domain(&case) || !expressible(&spec) || case.params.is_empty() {
+    let empty = case.tensors.iter().any(|(_, shape)| shape.contains(&0));
+    if !finiteness_domain(&case.run) || !expressible(&spec) || empty {
         // a zero-element parameter is `steps_empty_parameter`'s case
         return Ok(Compared::Skipped);
     }
-    let params = leaf::<E>(&case.params);
-    let grads: Vec<Tree<E>> = case.grads.iter().map(|g| leaf::<E>(g)).collect();
+    let params = case.params::<E>();
+    let grads = case.grads::<E>();
     let Ok(want) = reference_updates(torch, &spec, &params, &grads) else {
         return Ok(Compared::Skipped);
     };
@@ -391,11 +395,11 @@ fn matches_one<E: Real, O: Optimizer<E>>(
 
 /// [`matches_pytorch_convention`] in the case's dtype (f32 or f64; other dtypes are skipped).
 pub fn matches_pytorch_convention_any<O: Optimizer<f32> + Optimizer<f64>>(
-    case: &OptCase,
+    case: &SuiteCase,
     make: &impl Factory<O>,
     torches: &[Torch],
 ) -> std::result::Result<Compared, String> {
-    match case.dtype {
+    match case.run.dtype {
         DType::F32 => matches_pytorch_convention::<f32, O>(case, make, torches),
         DType::F64 => matches_pytorch_convention::<f64, O>(case, make, torches),
         _ => Ok(Compared::Skipped),

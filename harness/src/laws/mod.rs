@@ -182,7 +182,8 @@ pub struct LawReport {
     pub passed: bool,
     /// Wall time of the run, in seconds.
     pub seconds: f64,
-    /// The shrunk failing case and the failure message, when it failed.
+    /// The shrunk failing case and the failure message, when it failed; for a law of a subject
+    /// suite that passed, its evidence (how many cases reached the subject), where it has one.
     pub counterexample: Option<String>,
 }
 

@@ -111,7 +111,8 @@ pub const FINITE_GRAD_BOUND: f64 = 1e4;
 
 /// How far below the dtype's largest finite value [`update_bound`] must stay: covers the
 /// rounding of the moments, bias corrections and rectifier in the arithmetic dtype (a few ULPs
-/// per step, 16 steps at most in the strategies and the fuzz target) with room to spare.
+/// per step: 16 steps at most in the strategies and the fuzz target, 300 in the optimizer
+/// suite's long cases, a relative 1e-4 at most in f32) with room to spare.
 pub const UPDATE_HEADROOM: f64 = 4.0;
 
 /// Domain of the finiteness laws: well-posed hyperparameters (the selected rectifier is defined,
@@ -429,10 +430,12 @@ pub fn state_signature_fixed(case: &OptCase) -> Result<(), String> {
 }
 
 fn state_signature_fixed_e<E: Float>(case: &OptCase) -> Result<(), String> {
-    use crate::subject::optimizer::{self as suite, OptimizerSpec, Staged};
+    use crate::subject::optimizer::{self as suite, Algorithm, OptimizerSpec, Staged, SuiteCase};
+    // each form below is built whatever the algorithm the case asks for
+    let case = &SuiteCase::one_tensor(case.clone(), Algorithm::Adam);
     fn both<E: Float, T: Transform<E>>(
         name: &str,
-        case: &OptCase,
+        case: &SuiteCase,
         form: impl Fn(&OptimizerSpec) -> Result<T>,
     ) -> Result<(), String> {
         // a rejected configuration is the suite's "unsupported": the case is skipped

@@ -12,8 +12,14 @@
 //!
 //! A subject is built per case by a factory, `make(&OptimizerSpec)`, from the algorithm and
 //! hyperparameters the case draws; a factory that does not implement an algorithm returns
-//! [`Unsupported`](crate::reference::Error::External) for it and those cases are skipped (the
-//! suite says how many it ran).
+//! [`Unsupported`](crate::reference::Error::External) for it and those cases are skipped. A
+//! passing law says how many cases reached the subject; one that no case reached fails.
+//!
+//! A case ([`SuiteCase`], drawn by [`suite_case`]) asks for Adam or RAdam (half each) in f32 or
+//! f64, lays its values out in one to three named tensors of one or two dimensions, and runs up
+//! to 12 steps, or one time in eight those steps repeated to [`LONG_RUN_STEPS`] (past an 8-bit
+//! counter's wrap): a step count bumped once per tensor, a mix-up of leaves or a narrow counter
+//! fails `optimizer_matches_reference`.
 //!
 //! # References
 //! - D. P. Kingma, J. Ba, "Adam: a method for stochastic optimization", ICLR 2015.
@@ -37,7 +43,7 @@
 //! ```
 
 use super::suite_property;
-use crate::backend::{DType, Float};
+use crate::backend::{Array, DType, Float};
 use crate::laws::radam::{
     finiteness_domain, last_momentum_step, leaf, trace_once_memory_flat, MemCase, Stepper,
 };
@@ -235,6 +241,11 @@ pub trait BothDtypes: Optimizer<f32> + Optimizer<f64> + 'static {}
 impl<O: Optimizer<f32> + Optimizer<f64> + 'static> BothDtypes for O {}
 
 /// Run every law of the suite on the subject `make` builds.
+///
+/// A property law that passes reports in [`LawReport::cases`] how many of its cases reached the
+/// subject (the others are outside the law's domain or ask for an algorithm the factory does not
+/// implement), and says so in [`LawReport::counterexample`] (`"41 of 64 cases reached the
+/// subject"`); a law that no case reached fails, since it judged nothing.
 pub fn check<O: BothDtypes>(
     name: &str,
     make: &impl Factory<O>,
@@ -243,51 +254,58 @@ pub fn check<O: BothDtypes>(
     let mut laws = Vec::new();
     let mut not_applicable = Vec::new();
     let (cases, seed) = (opts.cases, opts.seed);
-    let property =
-        |law: &'static str, family, f: &dyn Fn(&OptCase) -> std::result::Result<(), String>| {
+    let property = |law: &'static str, family, f: &SuiteLaw<O>| {
+        counted(cases, make, |make| {
             timed(law, family, cases, false, || {
-                suite_property(law, cases, seed, suite_case(), f)
+                suite_property(law, cases, seed, suite_case(), |c| f(c, make))
             })
-        };
+        })
+    };
     laws.push(property(
         "optimizer_matches_reference",
         Family::Numerics,
-        &|c| {
-            by_dtype!(real c.dtype, matches_reference[O](c, make), else unsupported_dtype(c.dtype))
+        &|c, make| {
+            by_dtype!(real c.run.dtype, matches_reference[O](c, &make), else unsupported_dtype(c.run.dtype))
         },
     ));
     laws.push(property(
         "optimizer_updates_finite",
         Family::CondVsWhere,
-        &|c| by_dtype!(real c.dtype, updates_finite[O](c, make), else unsupported_dtype(c.dtype)),
-    ));
-    laws.push(timed(
-        "optimizer_rejects_invalid_hyperparameters",
-        Family::Numerics,
-        cases,
-        false,
-        || {
-            suite_property(
-                "optimizer_rejects_invalid_hyperparameters",
-                cases,
-                seed,
-                invalid_case(),
-                |c| rejects_invalid::<O>(c, make),
-            )
+        &|c, make| {
+            by_dtype!(real c.run.dtype, updates_finite[O](c, &make), else unsupported_dtype(c.run.dtype))
         },
     ));
+    laws.push(counted(cases, make, |make| {
+        timed(
+            "optimizer_rejects_invalid_hyperparameters",
+            Family::Numerics,
+            cases,
+            false,
+            || {
+                suite_property(
+                    "optimizer_rejects_invalid_hyperparameters",
+                    cases,
+                    seed,
+                    invalid_case(),
+                    |c| rejects_invalid::<O>(c, &make),
+                )
+            },
+        )
+    }));
     laws.push(property(
         "optimizer_state_signature_fixed",
         Family::FixedStateShape,
-        &|c| {
-            by_dtype!(real c.dtype, state_signature_fixed[O](c, make), else unsupported_dtype(c.dtype))
+        &|c, make| {
+            by_dtype!(real c.run.dtype, state_signature_fixed[O](c, &make), else unsupported_dtype(c.run.dtype))
         },
     ));
     match staged::<O>(make) {
         Ok(true) => laws.push(property(
             "optimizer_one_trace",
             Family::TraceCount,
-            &|c| by_dtype!(real c.dtype, one_trace[O](c, make), else unsupported_dtype(c.dtype)),
+            &|c, make| {
+                by_dtype!(real c.run.dtype, one_trace[O](c, &make), else unsupported_dtype(c.run.dtype))
+            },
         )),
         Ok(false) => not_applicable.push((
             "optimizer_one_trace".to_string(),
@@ -330,43 +348,232 @@ pub fn check<O: BothDtypes>(
     }
 }
 
-/// The suite's cases: the RAdam/Adam strategy of the reference laws, in f32 and f64, each case
-/// asking for Adam or RAdam.
-pub fn suite_case() -> impl Strategy<Value = OptCase> {
-    opt_case(12).prop_map(|c| OptCase {
-        dtype: if c.dtype == DType::F16 {
-            DType::F32
+/// A law of the suite on one case, given the factory it builds its subject with.
+type SuiteLaw<O> = dyn Fn(&SuiteCase, &dyn Factory<O>) -> std::result::Result<(), String>;
+
+/// Run the law `run` builds on a factory that counts the calls its subject answered (anything but
+/// [`unsupported`]). When the law passed, the count becomes its [`LawReport::cases`] and its
+/// evidence (`"12 of 64 cases reached the subject"`, `cases` being the law's case count); a count
+/// of 0 fails it: no case reached the subject, so the law judged nothing. [`check`] runs each of
+/// its property laws this way; a suite of its own (another reference's) can too.
+///
+/// ```
+/// use harness::laws::{timed, Family};
+/// use harness::optim;
+/// use harness::subject::optimizer::{self, counted, Algorithm, OptimizerSpec, Staged};
+/// let adam_only = |s: &OptimizerSpec| match s.algorithm {
+///     Algorithm::Adam => optim::adam(s.learning_rate, s.hyper.moments).map(Staged::new),
+///     Algorithm::RAdam => Err(optimizer::unsupported(s)),
+/// };
+/// let asks = [Algorithm::Adam, Algorithm::RAdam, Algorithm::Adam];
+/// let report = counted(3, &adam_only, |make| {
+///     timed("builds", Family::Numerics, 3, false, || {
+///         for algorithm in asks {
+///             let spec = OptimizerSpec { algorithm, learning_rate: 1e-3, hyper: Default::default() };
+///             let _ = make(&spec);
+///         }
+///         Ok(())
+///     })
+/// });
+/// assert!(report.passed);
+/// assert_eq!(report.cases, 2);
+/// assert_eq!(report.counterexample.as_deref(), Some("2 of 3 cases reached the subject"));
+/// ```
+pub fn counted<O>(
+    cases: u32,
+    make: &impl Factory<O>,
+    run: impl FnOnce(&dyn Factory<O>) -> LawReport,
+) -> LawReport {
+    let answered = std::sync::atomic::AtomicU32::new(0);
+    let counting = |spec: &OptimizerSpec| {
+        let r = make(spec);
+        if !matches!(&r, Err(e) if is_unsupported(e)) {
+            answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    };
+    let mut report = run(&counting);
+    let n = answered.into_inner();
+    if report.passed {
+        report.cases = n;
+        report.counterexample = Some(if n == 0 {
+            report.passed = false;
+            format!(
+                "no case reached the subject: of {cases} cases none was in the law's domain and \
+                 asked for an algorithm the factory builds (it returned `unsupported` for every one)"
+            )
         } else {
-            c.dtype
-        },
-        ..c
-    })
+            format!("{n} of {cases} cases reached the subject")
+        });
+    }
+    report
 }
 
-/// The algorithm a case asks for (half of the cases each, by the threshold's bits).
-pub fn algorithm_of(case: &OptCase) -> Algorithm {
-    if case.hyper.threshold.to_bits().is_multiple_of(2) {
-        Algorithm::RAdam
-    } else {
-        Algorithm::Adam
+/// Steps of a long case of the suite: past 255, where an 8-bit step counter wraps.
+pub const LONG_RUN_STEPS: usize = 300;
+
+/// Names of the tensors a case lays its values out in (the first `k` for `k` tensors; a tree
+/// holds them in name order, which is not this order).
+const TENSOR_NAMES: [&str; 3] = ["w", "layer2.b", "layer10.w"];
+
+/// A case of the optimizer suite: a run of steps ([`OptCase`]), the algorithm it asks for, and the
+/// named tensors (one to three, 1-D or 2-D; empty only as the one tensor of a case with no
+/// values) its values fill in order.
+#[derive(Clone, PartialEq)]
+pub struct SuiteCase {
+    /// Hyperparameters, learning rate, dtype (f32 or f64), and the values of the parameters and of
+    /// each step's gradients, flattened over [`SuiteCase::tensors`].
+    pub run: OptCase,
+    /// Adam or RAdam (half of the cases each).
+    pub algorithm: Algorithm,
+    /// Name and shape of each tensor; their sizes add up to `run.params.len()`.
+    pub tensors: Vec<(String, Vec<usize>)>,
+    /// For a long case, how many steps were drawn: `run.grads` repeats them up to
+    /// [`LONG_RUN_STEPS`]. `None` for a case of its drawn steps alone.
+    pub repeats: Option<usize>,
+}
+
+impl SuiteCase {
+    /// `values` (one per element, in the order of [`SuiteCase::tensors`]) as a tree of `E`.
+    pub fn tree<E: Float>(&self, values: &[f64]) -> Tree<E> {
+        let mut rest = values;
+        let leaves = self.tensors.iter().map(|(name, shape)| {
+            let (mine, others) = rest.split_at(shape.iter().product::<usize>().min(rest.len()));
+            rest = others;
+            let data = mine.iter().map(|&x| E::of_f64(x)).collect();
+            let array = Array::new(shape.clone(), data).expect("sizes add up to the values");
+            (name.clone(), array)
+        });
+        Tree::from_leaves(leaves.collect::<Vec<_>>()).expect("distinct names")
+    }
+    /// The initial parameters.
+    pub fn params<E: Float>(&self) -> Tree<E> {
+        self.tree(&self.run.params)
+    }
+    /// One gradient tree per step.
+    pub fn grads<E: Float>(&self) -> Vec<Tree<E>> {
+        self.run.grads.iter().map(|g| self.tree(g)).collect()
+    }
+    /// What the subject is built from.
+    pub fn spec(&self) -> OptimizerSpec {
+        OptimizerSpec {
+            algorithm: self.algorithm,
+            learning_rate: self.run.learning_rate,
+            hyper: self.run.hyper,
+        }
+    }
+    /// A case of one tensor `w` holding the run's values, asking for `algorithm`.
+    pub fn one_tensor(run: OptCase, algorithm: Algorithm) -> Self {
+        let tensors = vec![("w".to_string(), vec![run.params.len()])];
+        Self {
+            run,
+            algorithm,
+            tensors,
+            repeats: None,
+        }
     }
 }
 
-/// The spec of a case.
-pub fn spec_of(case: &OptCase) -> OptimizerSpec {
-    OptimizerSpec {
-        algorithm: algorithm_of(case),
-        learning_rate: case.learning_rate,
-        hyper: case.hyper,
+impl std::fmt::Debug for SuiteCase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tensors: Vec<String> = self
+            .tensors
+            .iter()
+            .map(|(n, s)| format!("{n}: {s:?}"))
+            .collect();
+        write!(f, "{:?} over {{{}}}, ", self.algorithm, tensors.join(", "))?;
+        match self.repeats {
+            None => write!(f, "{:?}", self.run),
+            Some(k) => {
+                let drawn = OptCase {
+                    grads: self.run.grads[..k].to_vec(),
+                    ..self.run.clone()
+                };
+                write!(
+                    f,
+                    "the {k} steps of {drawn:?} repeated to {} steps",
+                    self.run.grads.len()
+                )
+            }
+        }
     }
+}
+
+/// The suite's cases: the RAdam/Adam runs of the reference laws (up to 12 steps, or with
+/// probability 1/8 those steps repeated to [`LONG_RUN_STEPS`]) in f32 and f64, half asking for
+/// Adam and half for RAdam, their values laid out in one to three tensors of one or two
+/// dimensions. Shrinking goes towards one 1-D tensor and the drawn steps alone.
+pub fn suite_case() -> impl Strategy<Value = SuiteCase> {
+    // One tuple mapped, no `prop_flat_map` (whose shrinking regenerates the inner values and ran
+    // out of its iterations here). A tuple shrinks its first element first: a long run becomes its
+    // drawn steps alone before the steps are cut (a failure that needs two steps would otherwise
+    // shrink to one step repeated, and stop there).
+    (
+        prop_oneof![7 => Just(false), 1 => Just(true)],
+        prop_oneof![Just(Algorithm::Adam), Just(Algorithm::RAdam)],
+        opt_case(12),
+        // cut points, wrapped into 1..n for a case of n values (at most 5)
+        prop::collection::vec(1usize..6, 0..TENSOR_NAMES.len()),
+        prop::collection::vec(any::<bool>(), TENSOR_NAMES.len()),
+    )
+        .prop_map(|(long, algorithm, mut run, cuts, matrix)| {
+            if run.dtype == DType::F16 {
+                run.dtype = DType::F32;
+            }
+            // no tensor is empty unless the case has no values at all: a zero-element tensor
+            // beside others is a case of its own (peers' `optimizer_steps_empty_parameter`),
+            // which would otherwise stand in front of whatever else a law could find
+            let n = run.params.len();
+            let mut cuts: Vec<usize> = match n {
+                0 | 1 => Vec::new(),
+                _ => cuts.into_iter().map(|c| 1 + (c - 1) % (n - 1)).collect(),
+            };
+            cuts.sort_unstable();
+            cuts.dedup();
+            let bounds: Vec<usize> = std::iter::once(0)
+                .chain(cuts)
+                .chain(std::iter::once(run.params.len()))
+                .collect();
+            let tensors = bounds
+                .windows(2)
+                .zip(TENSOR_NAMES)
+                .zip(matrix)
+                .map(|((w, name), matrix)| {
+                    let size = w[1] - w[0];
+                    let shape = if matrix && size >= 2 && size % 2 == 0 {
+                        vec![2, size / 2]
+                    } else {
+                        vec![size]
+                    };
+                    (name.to_string(), shape)
+                })
+                .collect();
+            let drawn = run.grads.len();
+            let repeats = long.then(|| {
+                run.grads = run
+                    .grads
+                    .iter()
+                    .cycle()
+                    .take(LONG_RUN_STEPS)
+                    .cloned()
+                    .collect();
+                drawn
+            });
+            SuiteCase {
+                run,
+                algorithm,
+                tensors,
+                repeats,
+            }
+        })
 }
 
 /// The subject of a case, or `None` when it does not implement the case's algorithm.
-fn build<O>(case: &OptCase, make: &impl Factory<O>) -> std::result::Result<Option<O>, String> {
-    match make(&spec_of(case)) {
+fn build<O>(case: &SuiteCase, make: &impl Factory<O>) -> std::result::Result<Option<O>, String> {
+    match make(&case.spec()) {
         Ok(o) => Ok(Some(o)),
         Err(e) if is_unsupported(&e) => Ok(None),
-        Err(e) => Err(format!("make({:?}) failed: {e}", spec_of(case))),
+        Err(e) => Err(format!("make({:?}) failed: {e}", case.spec())),
     }
 }
 
@@ -404,15 +611,15 @@ fn reference_updates<E: Float>(
 /// Step for step, the subject's updates equal the reference's within
 /// [`tolerance::conformance`], on cases in the finiteness domain.
 pub fn matches_reference<E: Float, O: Optimizer<E>>(
-    case: &OptCase,
+    case: &SuiteCase,
     make: &impl Factory<O>,
 ) -> std::result::Result<(), String> {
-    if !finiteness_domain(case) {
+    if !finiteness_domain(&case.run) {
         return Ok(());
     }
-    let spec = spec_of(case);
-    let params = leaf::<E>(&case.params);
-    let grads: Vec<Tree<E>> = case.grads.iter().map(|g| leaf::<E>(g)).collect();
+    let spec = case.spec();
+    let params = case.params::<E>();
+    let grads = case.grads::<E>();
     let Ok(want) = reference_updates(&spec, &params, &grads) else {
         return Ok(()); // rejected by the reference for this dtype: the bad-input law's business
     };
@@ -503,22 +710,22 @@ pub fn compare_step_for_step<E: Float, O: Optimizer<E>>(
 
 /// Finite inputs in the finiteness domain give finite updates at every step.
 pub fn updates_finite<E: Float, O: Optimizer<E>>(
-    case: &OptCase,
+    case: &SuiteCase,
     make: &impl Factory<O>,
 ) -> std::result::Result<(), String> {
-    if !finiteness_domain(case) {
+    if !finiteness_domain(&case.run) {
         return Ok(());
     }
     let Some(mut opt) = build(case, make)? else {
         return Ok(());
     };
-    let mut p = leaf::<E>(&case.params);
+    let mut p = case.params::<E>();
     let Ok(mut state) = opt.init(&p) else {
         return Ok(()); // a typed refusal (e.g. an eps that rounds to 0 in this dtype)
     };
-    for (t, g) in case.grads.iter().enumerate() {
+    for (t, g) in case.grads::<E>().iter().enumerate() {
         let (u, next) = opt
-            .update(&leaf::<E>(g), &state, &p)
+            .update(g, &state, &p)
             .map_err(|e| format!("step {}: {e}", t + 1))?;
         if let Some((name, i, x)) = u.iter().find_map(|(n, a)| {
             a.data()
@@ -536,19 +743,19 @@ pub fn updates_finite<E: Float, O: Optimizer<E>>(
 
 /// `init` and every `update` produce the same state signature.
 pub fn state_signature_fixed<E: Float, O: Optimizer<E>>(
-    case: &OptCase,
+    case: &SuiteCase,
     make: &impl Factory<O>,
 ) -> std::result::Result<(), String> {
     let Some(mut opt) = build(case, make)? else {
         return Ok(());
     };
-    let mut p = leaf::<E>(&case.params);
+    let mut p = case.params::<E>();
     let Ok(mut state) = opt.init(&p) else {
         return Ok(());
     };
     let sig0: Signature = state.signature();
-    for (t, g) in case.grads.iter().enumerate() {
-        let Ok((u, next)) = opt.update(&leaf::<E>(g), &state, &p) else {
+    for (t, g) in case.grads::<E>().iter().enumerate() {
+        let Ok((u, next)) = opt.update(g, &state, &p) else {
             return Ok(()); // a refused step is the finiteness law's business
         };
         let d = sig0.diff(&next.signature());
@@ -582,18 +789,18 @@ fn staged<O: BothDtypes>(make: &impl Factory<O>) -> std::result::Result<bool, St
 
 /// A staged update traces once over every step of the case.
 pub fn one_trace<E: Float, O: Optimizer<E>>(
-    case: &OptCase,
+    case: &SuiteCase,
     make: &impl Factory<O>,
 ) -> std::result::Result<(), String> {
     let Some(mut opt) = build(case, make)? else {
         return Ok(());
     };
-    let mut p = leaf::<E>(&case.params);
+    let mut p = case.params::<E>();
     let Ok(mut state) = opt.init(&p) else {
         return Ok(());
     };
-    for g in &case.grads {
-        let Ok((u, next)) = opt.update(&leaf::<E>(g), &state, &p) else {
+    for g in &case.grads::<E>() {
+        let Ok((u, next)) = opt.update(g, &state, &p) else {
             return Ok(());
         };
         p = apply_updates(&p, &u).map_err(|e| e.to_string())?;
@@ -602,7 +809,7 @@ pub fn one_trace<E: Float, O: Optimizer<E>>(
     match opt.traces() {
         Some(n) if n > 1 => Err(format!(
             "{} steps traced {n} times (want 1): {}",
-            case.grads.len(),
+            case.run.grads.len(),
             opt.trace_log().join("; ")
         )),
         _ => Ok(()),
@@ -630,7 +837,7 @@ pub fn invalid_case() -> impl Strategy<Value = InvalidCase> {
     ];
     (
         prop_oneof![Just(Algorithm::Adam), Just(Algorithm::RAdam)],
-        0usize..4,
+        0usize..5,
         bad,
     )
         .prop_map(|(algorithm, which, v)| {
@@ -651,6 +858,10 @@ pub fn invalid_case() -> impl Strategy<Value = InvalidCase> {
                 2 => {
                     spec.hyper.moments.eps = if v >= 0.0 { f64::NAN } else { v };
                     "eps"
+                }
+                3 => {
+                    spec.hyper.moments.eps_root = if v >= 0.0 { f64::NAN } else { v };
+                    "eps_root"
                 }
                 _ => {
                     spec.learning_rate = if v.is_finite() { f64::NAN } else { v };
@@ -701,6 +912,7 @@ fn field_value(case: &InvalidCase) -> f64 {
         "b1" => case.spec.hyper.moments.b1,
         "b2" => case.spec.hyper.moments.b2,
         "eps" => case.spec.hyper.moments.eps,
+        "eps_root" => case.spec.hyper.moments.eps_root,
         _ => case.spec.learning_rate,
     }
 }

@@ -278,6 +278,109 @@ fn a_law_that_no_case_reaches_fails_and_a_passing_law_counts_the_cases_that_reac
     }
 }
 
+/// A subject with an `Optimizer<f32>` implementation and no f64 one (most Rust training code).
+struct OnlyF32<T>(Staged<T>);
+
+impl<T: Transform<f32>> optimizer::Optimizer<f32> for OnlyF32<T> {
+    type State = T::State;
+    fn init(&mut self, p: &Tree<f32>) -> Result<T::State> {
+        self.0.init(p)
+    }
+    fn update(
+        &mut self,
+        g: &Tree<f32>,
+        s: &T::State,
+        p: &Tree<f32>,
+    ) -> Result<(Tree<f32>, T::State)> {
+        self.0.update(g, s, p)
+    }
+    fn traces(&self) -> Option<usize> {
+        optimizer::Optimizer::<f32>::traces(&self.0)
+    }
+}
+
+#[test]
+fn an_f32_only_subject_is_judged_on_the_f32_cases_and_its_planted_bugs_fail() {
+    let _serial = serial();
+    let both = optimizer::check(
+        "reference adam",
+        &|s: &OptimizerSpec| reference_adam(s).map(Staged::new),
+        &opts(),
+    );
+    let only = optimizer::check(
+        "reference adam, f32 only",
+        &optimizer::f32_only(|s: &OptimizerSpec| {
+            reference_adam(s).map(|t| OnlyF32(Staged::new(t)))
+        }),
+        &opts(),
+    );
+    assert!(only.passed(), "{}", only.summary());
+    let reached = |r: &SuiteReport, law: &str| r.laws.iter().find(|l| l.name == law).unwrap().cases;
+    for law in [
+        "optimizer_matches_reference",
+        "optimizer_updates_finite",
+        "optimizer_rejects_invalid_hyperparameters",
+        "optimizer_state_signature_fixed",
+        "optimizer_one_trace",
+    ] {
+        // the f64 cases are skipped, not failed, and not counted
+        let (f32_only, both) = (reached(&only, law), reached(&both, law));
+        assert!(
+            0 < f32_only && f32_only < both,
+            "{law}: {f32_only} of {both}"
+        );
+    }
+    for (bug, law, needle) in [
+        (Bug::Scaled, "optimizer_matches_reference", "step 1"),
+        (Bug::NanOnZeroGrad, "optimizer_updates_finite", "NaN"),
+        (Bug::CountPerTensor, "optimizer_matches_reference", "step 2"),
+    ] {
+        let make = move |spec: &OptimizerSpec| {
+            Ok(OnlyF32(Staged::new(Planted {
+                inner: reference_adam(spec)?,
+                bug,
+                steps: Cell::new(0),
+                kept: RefCell::new(Vec::new()),
+            })))
+        };
+        let r = optimizer::check("planted, f32 only", &optimizer::f32_only(make), &opts());
+        assert!(
+            failed(&r).contains(&law),
+            "{law} did not fail:\n{}",
+            r.summary()
+        );
+        let c = counterexample(&r, law);
+        assert!(c.contains(needle), "{law}: {c}");
+        assert!(
+            c.contains(&format!("OptCase {{ {} ", DType::F32)),
+            "{law}: {c}"
+        );
+    }
+}
+
+#[test]
+fn a_hand_built_case_whose_tensors_do_not_fit_its_values_is_an_error_not_a_panic() {
+    let run = harness::laws::strategies::OptCase {
+        hyper: Default::default(),
+        learning_rate: 1e-3,
+        dtype: DType::F64,
+        params: vec![0.5, -1.0],
+        grads: vec![vec![0.1, 0.2]],
+    };
+    let mut case = optimizer::SuiteCase::one_tensor(run, Algorithm::Adam);
+    assert!(case.params::<f64>().is_ok());
+    case.tensors = vec![("w".into(), vec![3])];
+    let e = case.params::<f64>().unwrap_err().to_string();
+    assert!(e.contains("hold 3 values, but it has 2"), "{e}");
+    case.tensors = vec![("w".into(), vec![1]), ("w".into(), vec![1])];
+    assert!(case.grads::<f32>().is_err());
+    case.tensors = vec![("w".into(), vec![usize::MAX, 2])];
+    assert!(case.params::<f32>().is_err());
+    let make = |s: &OptimizerSpec| reference_adam(s).map(Staged::new);
+    let law = optimizer::matches_reference::<f64, _>(&case, &make).unwrap_err();
+    assert!(law.starts_with("a malformed case"), "{law}");
+}
+
 #[test]
 fn the_suite_draws_both_algorithms_several_tensors_matrices_and_long_runs() {
     use proptest::strategy::{Strategy, ValueTree};
@@ -312,10 +415,11 @@ fn the_suite_draws_both_algorithms_several_tensors_matrices_and_long_runs() {
             "an empty tensor beside others: {c:?}"
         );
         assert!(matches!(c.run.dtype, DType::F32 | DType::F64), "{c:?}");
-        let p = c.params::<f32>();
+        let p = c.params::<f32>().unwrap();
         assert_eq!(p.iter().count(), c.tensors.len());
         assert!(
             c.grads::<f64>()
+                .unwrap()
                 .iter()
                 .all(|g| g.check_like(&p, "grads").is_ok()),
             "{c:?}"

@@ -66,7 +66,7 @@
 //! use harness::optim::RadamHyper;
 //! use harness::subject::optimizer::{Algorithm, Optimizer, OptimizerSpec};
 //! use harness::laws::radam::leaf;
-//! let spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.1, hyper: RadamHyper::default() };
+//! let spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.1, ..OptimizerSpec::default() };
 //! let mut adam = peers::candle_optimisers_adapter::make_adam(&spec).unwrap();
 //! let p = leaf::<f64>(&[1.0, -2.0]);
 //! let s = adam.init(&p).unwrap();
@@ -98,7 +98,7 @@ pub const VERSION: &str = "0.10.2";
 /// ```
 /// use harness::optim::RadamHyper;
 /// use harness::subject::optimizer::{Algorithm, OptimizerSpec};
-/// let spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.5, hyper: RadamHyper::default() };
+/// let spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.5, ..OptimizerSpec::default() };
 /// let p = peers::candle_optimisers_adapter::adam_params(&spec).unwrap();
 /// assert_eq!((p.lr, p.beta_1, p.beta_2, p.eps), (0.5, 0.9, 0.999, 1e-8));
 /// ```
@@ -121,7 +121,7 @@ pub fn adam_params(spec: &OptimizerSpec) -> Option<ParamsAdam> {
 /// ```
 /// use harness::optim::RadamHyper;
 /// use harness::subject::optimizer::{Algorithm, OptimizerSpec};
-/// let mut spec = OptimizerSpec { algorithm: Algorithm::RAdam, learning_rate: 0.5, hyper: RadamHyper::default() };
+/// let mut spec = OptimizerSpec { algorithm: Algorithm::RAdam, learning_rate: 0.5, ..OptimizerSpec::default() };
 /// assert!(peers::candle_optimisers_adapter::radam_params(&spec).is_some());
 /// spec.hyper.threshold = 4.0;
 /// assert!(peers::candle_optimisers_adapter::radam_params(&spec).is_none());
@@ -148,7 +148,7 @@ pub fn radam_params(spec: &OptimizerSpec) -> Option<ParamsRAdam> {
 /// use candle_optimisers::Decay;
 /// use harness::optim::RadamHyper;
 /// use harness::subject::optimizer::{Algorithm, OptimizerSpec};
-/// let spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.5, hyper: RadamHyper::default() };
+/// let spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.5, ..OptimizerSpec::default() };
 /// let p = peers::candle_optimisers_adapter::adamw_params(&spec, 0.01).unwrap();
 /// assert!(matches!(p.weight_decay, Some(Decay::DecoupledWeightDecay(d)) if d == 0.01));
 /// ```
@@ -166,7 +166,7 @@ pub fn adamw_params(spec: &OptimizerSpec, weight_decay: f64) -> Option<ParamsAda
 /// ```
 /// use harness::optim::RadamHyper;
 /// use harness::subject::optimizer::{Algorithm, OptimizerSpec};
-/// let mut spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.5, hyper: RadamHyper::default() };
+/// let mut spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.5, ..OptimizerSpec::default() };
 /// assert!(peers::candle_optimisers_adapter::nadam_params(&spec, 4e-3).is_none());
 /// spec.hyper.moments.nesterov = true;
 /// assert_eq!(peers::candle_optimisers_adapter::nadam_params(&spec, 4e-3).unwrap().momentum_decay, 4e-3);

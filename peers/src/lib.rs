@@ -374,14 +374,7 @@ pub fn check_pytorch_convention<O: optimizer::BothDtypes>(
             })
         })
     }));
-    let default_radam = optimizer::OptimizerSpec {
-        algorithm: optimizer::Algorithm::RAdam,
-        learning_rate: 1e-3,
-        hyper: harness::optim::RadamHyper::default(),
-    };
-    let stages = make(&default_radam)
-        .map(|o| optimizer::Optimizer::<f32>::traces(&o).is_some())
-        .unwrap_or(false);
+    let stages = optimizer::staged(make).unwrap_or(false);
     if stages {
         let law = "optimizer_one_trace";
         laws.push(optimizer::counted(cases, make, |make| {

@@ -45,7 +45,8 @@ use harness::laws::strategies::OptCase;
 use harness::optim::{self, RadamHyper, Selection, Transform};
 use harness::reference::{Error, Result};
 use harness::subject::optimizer::{
-    compare_step_for_step, Algorithm, Factory, Optimizer, OptimizerSpec, SuiteCase,
+    case_trees, compare_step_for_step, is_unsupported, Algorithm, Factory, Optimizer,
+    OptimizerSpec, SuiteCase,
 };
 use harness::tree::{apply_updates, Tree};
 
@@ -133,6 +134,7 @@ impl Torch {
                 Torch::RAdam => Algorithm::RAdam,
                 _ => Algorithm::Adam,
             },
+            dtype: case.dtype,
             learning_rate: case.learning_rate,
             hyper: case.hyper,
         };
@@ -147,7 +149,7 @@ impl Torch {
 /// ```
 /// use harness::optim::RadamHyper;
 /// use harness::subject::optimizer::{Algorithm, OptimizerSpec};
-/// let mut spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 1e-3, hyper: RadamHyper::default() };
+/// let mut spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 1e-3, ..OptimizerSpec::default() };
 /// assert!(peers::pytorch_convention::expressible(&spec));
 /// spec.hyper.moments.eps_root = 1e-8;
 /// assert!(!peers::pytorch_convention::expressible(&spec));
@@ -177,7 +179,7 @@ pub fn expressible(spec: &OptimizerSpec) -> bool {
 /// use harness::subject::optimizer::{Algorithm, OptimizerSpec};
 /// use harness::laws::radam::leaf;
 /// use peers::pytorch_convention::{reference_updates, Torch};
-/// let spec = OptimizerSpec { algorithm: Algorithm::RAdam, learning_rate: 0.1, hyper: RadamHyper::default() };
+/// let spec = OptimizerSpec { algorithm: Algorithm::RAdam, learning_rate: 0.1, ..OptimizerSpec::default() };
 /// let u = reference_updates(Torch::RAdam, &spec, &leaf::<f64>(&[1.0]), &[leaf(&[2.0])]).unwrap();
 /// // step 1 is never rectified: -lr * m_hat = -lr * g
 /// assert!((u[0].get("w").unwrap().data()[0] + 0.2).abs() < 1e-15);
@@ -264,7 +266,7 @@ pub fn reference_updates<E: Real>(
 /// use harness::optim::RadamHyper;
 /// use harness::subject::optimizer::{Algorithm, OptimizerSpec};
 /// use harness::laws::radam::leaf;
-/// let spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.1, hyper: RadamHyper::default() };
+/// let spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.1, ..OptimizerSpec::default() };
 /// let u = peers::pytorch_convention::nadam_updates(&spec, 4e-3, &leaf::<f64>(&[1.0]), &[leaf(&[2.0])]).unwrap();
 /// // step 1: m_hat = g (mu_2 (1 - b1) / (1 - mu_1 mu_2) + 1), v_hat = g^2
 /// let (mu1, mu2) = (0.9 * (1.0 - 0.5 * 0.96f64.powf(4e-3)), 0.9 * (1.0 - 0.5 * 0.96f64.powf(8e-3)));
@@ -370,16 +372,13 @@ fn matches_one<E: Real, O: Optimizer<E>>(
         // a zero-element parameter is `steps_empty_parameter`'s case
         return Ok(Compared::Skipped);
     }
-    let params = case.params::<E>();
-    let grads = case.grads::<E>();
+    let (params, grads) = case_trees::<E>(&case)?;
     let Ok(want) = reference_updates(torch, &spec, &params, &grads) else {
         return Ok(Compared::Skipped);
     };
     let mut opt = match make(&spec) {
         Ok(o) => o,
-        Err(Error::External(m)) if m.starts_with("unsupported by this subject") => {
-            return Ok(Compared::Skipped)
-        }
+        Err(e) if is_unsupported(&e) => return Ok(Compared::Skipped),
         Err(e) => return Err(format!("make({spec:?}) failed: {e}")),
     };
     compare_step_for_step(

@@ -87,6 +87,7 @@ fn first_non_finite<E: peers::candle_optimisers_adapter::PeerFloat>(
     use peers::candle_optimisers_adapter::{make_adam, make_radam};
     let spec = OptimizerSpec {
         algorithm,
+        dtype: <E as harness::backend::Float>::DTYPE,
         learning_rate: case.learning_rate,
         hyper: case.hyper,
     };

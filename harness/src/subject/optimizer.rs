@@ -10,10 +10,11 @@
 //! | `optimizer_one_trace` | trace-count | a staged update traces once over N steps (not applicable to a subject that does not stage) |
 //! | `optimizer_live_bytes_flat` | trace-count | after two warm-up steps, no step ends above their live bytes and two windows do not grow them; allocations do not grow within one branch (needs the counting allocator) |
 //!
-//! A subject is built per case by a factory, `make(&OptimizerSpec)`, from the algorithm and
-//! hyperparameters the case draws; a factory that does not implement an algorithm returns
-//! [`Unsupported`](crate::reference::Error::External) for it and those cases are skipped. A
-//! passing law says how many cases reached the subject; one that no case reached fails.
+//! A subject is built per case by a factory, `make(&OptimizerSpec)`, from the algorithm, dtype
+//! and hyperparameters the case draws; a factory that does not implement an algorithm (or a
+//! dtype) returns [`unsupported`] for it and those cases are skipped. A subject that runs in
+//! f32 only is judged through [`f32_only`]. A passing law says how many cases reached the
+//! subject; one that no case reached fails.
 //!
 //! A case ([`SuiteCase`], drawn by [`suite_case`]) asks for Adam or RAdam (half each) in f32 or
 //! f64, lays its values out in one to three named tensors of one or two dimensions, and runs up
@@ -146,26 +147,149 @@ pub enum Algorithm {
     RAdam,
 }
 
-/// What a subject is built from for one case: the algorithm, the learning rate and the
-/// hyperparameters (`hyper.moments` for Adam; all of `hyper` for RAdam).
+/// What a subject is built from for one case: the algorithm, the float type the case runs in,
+/// the learning rate and the hyperparameters (`hyper.moments` for Adam; all of `hyper` for
+/// RAdam). The default is Adam in f32 with learning rate `1e-3` and optax's defaults.
+///
+/// ```
+/// use harness::backend::DType;
+/// use harness::subject::optimizer::{Algorithm, OptimizerSpec};
+/// let spec = OptimizerSpec { algorithm: Algorithm::RAdam, dtype: DType::F64, ..OptimizerSpec::default() };
+/// assert_eq!((spec.learning_rate, spec.hyper.threshold), (1e-3, 5.0));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OptimizerSpec {
     /// Adam or RAdam.
     pub algorithm: Algorithm,
+    /// The float type of the case's parameters and gradients (f32 or f64): the subject is stepped
+    /// as `Optimizer<f32>` or `Optimizer<f64>` accordingly. A subject that runs in one of them
+    /// only returns [`unsupported`] for the other (see [`f32_only`]).
+    pub dtype: DType,
     /// Learning rate (finite for a valid spec).
     pub learning_rate: f64,
     /// Moment hyperparameters (`hyper.moments`) and, for RAdam, the threshold.
     pub hyper: RadamHyper,
 }
 
-/// The error a factory returns for an algorithm it does not implement: the suite skips the case.
+impl Default for OptimizerSpec {
+    fn default() -> Self {
+        Self {
+            algorithm: Algorithm::Adam,
+            dtype: DType::F32,
+            learning_rate: 1e-3,
+            hyper: RadamHyper::default(),
+        }
+    }
+}
+
+/// The error a factory returns for a spec it does not implement (its algorithm, or its dtype):
+/// the suite skips the case, and does not count it as one that reached the subject.
 pub fn unsupported(spec: &OptimizerSpec) -> Error {
-    Error::External(format!("{UNSUPPORTED}: {:?}", spec.algorithm))
+    Error::External(format!(
+        "{UNSUPPORTED}: {:?} in {}",
+        spec.algorithm, spec.dtype
+    ))
+}
+
+/// A subject that runs in f32 only, made ready for [`check`], which steps every subject in both
+/// float types: it is the subject in f32, and refuses f64 (its factory, [`f32_only`], returns
+/// [`unsupported`] for an f64 spec, so f64 cases are skipped, not failed).
+pub struct F32Only<O>(pub O);
+
+/// The state of an [`F32Only`] subject in f64: it has no value, since such a subject never
+/// starts an f64 run.
+#[derive(Debug, Clone, Copy)]
+pub enum NeverF64 {}
+
+impl HasSignature for NeverF64 {
+    fn signature(&self) -> Signature {
+        match *self {}
+    }
+}
+
+impl<O: Optimizer<f32>> Optimizer<f32> for F32Only<O> {
+    type State = O::State;
+    fn init(&mut self, params: &Tree<f32>) -> Result<O::State> {
+        self.0.init(params)
+    }
+    fn update(
+        &mut self,
+        grads: &Tree<f32>,
+        state: &O::State,
+        params: &Tree<f32>,
+    ) -> Result<(Tree<f32>, O::State)> {
+        self.0.update(grads, state, params)
+    }
+    fn traces(&self) -> Option<usize> {
+        self.0.traces()
+    }
+    fn trace_log(&self) -> Vec<String> {
+        self.0.trace_log()
+    }
+    fn updates_read_through_params(&self) -> bool {
+        self.0.updates_read_through_params()
+    }
+}
+
+impl<O: Optimizer<f32>> Optimizer<f64> for F32Only<O> {
+    type State = NeverF64;
+    fn init(&mut self, _: &Tree<f64>) -> Result<NeverF64> {
+        Err(Error::External(format!(
+            "{UNSUPPORTED}: f64 (an f32-only subject)"
+        )))
+    }
+    fn update(
+        &mut self,
+        _: &Tree<f64>,
+        state: &NeverF64,
+        _: &Tree<f64>,
+    ) -> Result<(Tree<f64>, NeverF64)> {
+        match *state {}
+    }
+    fn traces(&self) -> Option<usize> {
+        self.0.traces()
+    }
+}
+
+/// The factory of an f32-only subject: `make` for every f32 spec, [`unsupported`] for an f64
+/// one. [`check`] then judges the subject on the f32 half of its cases, and a passing law says
+/// how many reached it.
+///
+/// ```
+/// use harness::optim::{self, Transform};
+/// use harness::reference::Result;
+/// use harness::subject::optimizer::{self, Algorithm, Optimizer, OptimizerSpec, Staged, SuiteOptions};
+/// use harness::tree::Tree;
+/// // A subject with an `Optimizer<f32>` implementation only.
+/// type Adam = optim::Chain<optim::ScaleByAdam, optim::ScaleByLearningRate>;
+/// struct MineF32(Staged<Adam>);
+/// impl Optimizer<f32> for MineF32 {
+///     type State = <Adam as Transform<f32>>::State;
+///     fn init(&mut self, p: &Tree<f32>) -> Result<Self::State> { self.0.init(p) }
+///     fn update(&mut self, g: &Tree<f32>, s: &Self::State, p: &Tree<f32>) -> Result<(Tree<f32>, Self::State)> {
+///         self.0.update(g, s, p)
+///     }
+/// }
+/// let make = |s: &OptimizerSpec| match s.algorithm {
+///     Algorithm::Adam => Ok(MineF32(Staged::new(optim::adam(s.learning_rate, s.hyper.moments)?))),
+///     Algorithm::RAdam => Err(optimizer::unsupported(s)),
+/// };
+/// let opts = SuiteOptions { cases: 16, memory: false, ..SuiteOptions::default() };
+/// let report = optimizer::check("mine, f32", &optimizer::f32_only(make), &opts);
+/// assert!(report.passed(), "{}", report.summary());
+/// ```
+pub fn f32_only<O: Optimizer<f32>>(make: impl Factory<O>) -> impl Factory<F32Only<O>> {
+    move |spec: &OptimizerSpec| match spec.dtype {
+        DType::F32 => make(spec).map(F32Only),
+        _ => Err(unsupported(spec)),
+    }
 }
 
 const UNSUPPORTED: &str = "unsupported by this subject";
 
-fn is_unsupported(e: &Error) -> bool {
+/// Whether `e` is [`unsupported`]'s error (a spec the subject does not implement), which a law
+/// skips rather than fails.
+pub fn is_unsupported(e: &Error) -> bool {
     matches!(e, Error::External(m) if m.starts_with(UNSUPPORTED))
 }
 
@@ -369,7 +493,7 @@ type SuiteLaw<O> = dyn Fn(&SuiteCase, &dyn Factory<O>) -> std::result::Result<()
 /// let report = counted(3, &adam_only, |make| {
 ///     timed("builds", Family::Numerics, 3, false, || {
 ///         for algorithm in asks {
-///             let spec = OptimizerSpec { algorithm, learning_rate: 1e-3, hyper: Default::default() };
+///             let spec = OptimizerSpec { algorithm, ..OptimizerSpec::default() };
 ///             let _ = make(&spec);
 ///         }
 ///         Ok(())
@@ -435,29 +559,47 @@ pub struct SuiteCase {
 
 impl SuiteCase {
     /// `values` (one per element, in the order of [`SuiteCase::tensors`]) as a tree of `E`.
-    pub fn tree<E: Float>(&self, values: &[f64]) -> Tree<E> {
+    /// [`Error::Structure`] when the tensors' sizes do not add up to `values.len()` or two
+    /// tensors share a name (a case built by hand; [`suite_case`]'s always fit).
+    pub fn tree<E: Float>(&self, values: &[f64]) -> Result<Tree<E>> {
+        let sizes: Vec<usize> = self
+            .tensors
+            .iter()
+            .map(|(_, shape)| shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)))
+            .collect::<Option<_>>()
+            .ok_or_else(|| Error::Overflow(format!("a tensor's size in {self:?}")))?;
+        let total = sizes.iter().try_fold(0usize, |a, &n| a.checked_add(n));
+        if total != Some(values.len()) {
+            return Err(Error::Structure(format!(
+                "the case's tensors {:?} hold {} values, but it has {}",
+                self.tensors,
+                total.map_or("more than usize::MAX".to_string(), |t| t.to_string()),
+                values.len()
+            )));
+        }
         let mut rest = values;
-        let leaves = self.tensors.iter().map(|(name, shape)| {
-            let (mine, others) = rest.split_at(shape.iter().product::<usize>().min(rest.len()));
+        let mut leaves = Vec::with_capacity(self.tensors.len());
+        for ((name, shape), n) in self.tensors.iter().zip(sizes) {
+            let (mine, others) = rest.split_at(n);
             rest = others;
             let data = mine.iter().map(|&x| E::of_f64(x)).collect();
-            let array = Array::new(shape.clone(), data).expect("sizes add up to the values");
-            (name.clone(), array)
-        });
-        Tree::from_leaves(leaves.collect::<Vec<_>>()).expect("distinct names")
+            leaves.push((name.clone(), Array::new(shape.clone(), data)?));
+        }
+        Tree::from_leaves(leaves)
     }
-    /// The initial parameters.
-    pub fn params<E: Float>(&self) -> Tree<E> {
+    /// The initial parameters (an error as for [`SuiteCase::tree`]).
+    pub fn params<E: Float>(&self) -> Result<Tree<E>> {
         self.tree(&self.run.params)
     }
-    /// One gradient tree per step.
-    pub fn grads<E: Float>(&self) -> Vec<Tree<E>> {
+    /// One gradient tree per step (an error as for [`SuiteCase::tree`]).
+    pub fn grads<E: Float>(&self) -> Result<Vec<Tree<E>>> {
         self.run.grads.iter().map(|g| self.tree(g)).collect()
     }
     /// What the subject is built from.
     pub fn spec(&self) -> OptimizerSpec {
         OptimizerSpec {
             algorithm: self.algorithm,
+            dtype: self.run.dtype,
             learning_rate: self.run.learning_rate,
             hyper: self.run.hyper,
         }
@@ -568,6 +710,15 @@ pub fn suite_case() -> impl Strategy<Value = SuiteCase> {
         })
 }
 
+/// A case's parameters and gradients in `E`; a case whose tensors do not fit its values is
+/// reported, not run.
+pub fn case_trees<E: Float>(
+    case: &SuiteCase,
+) -> std::result::Result<(Tree<E>, Vec<Tree<E>>), String> {
+    let bad = |e: Error| format!("a malformed case: {e}");
+    Ok((case.params().map_err(bad)?, case.grads().map_err(bad)?))
+}
+
 /// The subject of a case, or `None` when it does not implement the case's algorithm.
 fn build<O>(case: &SuiteCase, make: &impl Factory<O>) -> std::result::Result<Option<O>, String> {
     match make(&case.spec()) {
@@ -618,8 +769,7 @@ pub fn matches_reference<E: Float, O: Optimizer<E>>(
         return Ok(());
     }
     let spec = case.spec();
-    let params = case.params::<E>();
-    let grads = case.grads::<E>();
+    let (params, grads) = case_trees::<E>(case)?;
     let Ok(want) = reference_updates(&spec, &params, &grads) else {
         return Ok(()); // rejected by the reference for this dtype: the bad-input law's business
     };
@@ -719,11 +869,11 @@ pub fn updates_finite<E: Float, O: Optimizer<E>>(
     let Some(mut opt) = build(case, make)? else {
         return Ok(());
     };
-    let mut p = case.params::<E>();
+    let (mut p, grads) = case_trees::<E>(case)?;
     let Ok(mut state) = opt.init(&p) else {
         return Ok(()); // a typed refusal (e.g. an eps that rounds to 0 in this dtype)
     };
-    for (t, g) in case.grads::<E>().iter().enumerate() {
+    for (t, g) in grads.iter().enumerate() {
         let (u, next) = opt
             .update(g, &state, &p)
             .map_err(|e| format!("step {}: {e}", t + 1))?;
@@ -749,12 +899,12 @@ pub fn state_signature_fixed<E: Float, O: Optimizer<E>>(
     let Some(mut opt) = build(case, make)? else {
         return Ok(());
     };
-    let mut p = case.params::<E>();
+    let (mut p, grads) = case_trees::<E>(case)?;
     let Ok(mut state) = opt.init(&p) else {
         return Ok(());
     };
     let sig0: Signature = state.signature();
-    for (t, g) in case.grads::<E>().iter().enumerate() {
+    for (t, g) in grads.iter().enumerate() {
         let Ok((u, next)) = opt.update(g, &state, &p) else {
             return Ok(()); // a refused step is the finiteness law's business
         };
@@ -768,23 +918,29 @@ pub fn state_signature_fixed<E: Float, O: Optimizer<E>>(
     Ok(())
 }
 
-/// Whether the subject stages its update (asked of the default Adam spec).
-fn staged<O: BothDtypes>(make: &impl Factory<O>) -> std::result::Result<bool, String> {
-    let spec = OptimizerSpec {
-        algorithm: Algorithm::Adam,
-        learning_rate: 1e-3,
-        hyper: RadamHyper::default(),
-    };
-    let spec_radam = OptimizerSpec {
-        algorithm: Algorithm::RAdam,
-        ..spec
-    };
-    let o = match make(&spec) {
-        Err(e) if is_unsupported(&e) => make(&spec_radam),
-        r => r,
+/// Whether the subject stages its update ([`Optimizer::traces`] is `Some`), asked of the first
+/// default spec (Adam or RAdam, f32 or f64) its factory builds; `Err` when it builds none.
+pub fn staged<O: BothDtypes>(make: &impl Factory<O>) -> std::result::Result<bool, String> {
+    let mut last = None;
+    for dtype in [DType::F32, DType::F64] {
+        for algorithm in [Algorithm::Adam, Algorithm::RAdam] {
+            let spec = OptimizerSpec {
+                algorithm,
+                dtype,
+                ..OptimizerSpec::default()
+            };
+            match make(&spec) {
+                Ok(o) if dtype == DType::F32 => return Ok(Optimizer::<f32>::traces(&o).is_some()),
+                Ok(o) => return Ok(Optimizer::<f64>::traces(&o).is_some()),
+                Err(e) if is_unsupported(&e) => last = Some(e),
+                Err(e) => return Err(format!("make({spec:?}) failed: {e}")),
+            }
+        }
     }
-    .map_err(|e| format!("make(default spec) failed: {e}"))?;
-    Ok(Optimizer::<f32>::traces(&o).is_some())
+    Err(format!(
+        "the factory builds no default spec (Adam or RAdam, f32 or f64): {}",
+        last.map_or_else(String::new, |e| e.to_string())
+    ))
 }
 
 /// A staged update traces once over every step of the case.
@@ -795,11 +951,11 @@ pub fn one_trace<E: Float, O: Optimizer<E>>(
     let Some(mut opt) = build(case, make)? else {
         return Ok(());
     };
-    let mut p = case.params::<E>();
+    let (mut p, grads) = case_trees::<E>(case)?;
     let Ok(mut state) = opt.init(&p) else {
         return Ok(());
     };
-    for g in &case.grads::<E>() {
+    for g in &grads {
         let Ok((u, next)) = opt.update(g, &state, &p) else {
             return Ok(());
         };
@@ -837,14 +993,15 @@ pub fn invalid_case() -> impl Strategy<Value = InvalidCase> {
     ];
     (
         prop_oneof![Just(Algorithm::Adam), Just(Algorithm::RAdam)],
+        prop_oneof![Just(DType::F32), Just(DType::F64)],
         0usize..5,
         bad,
     )
-        .prop_map(|(algorithm, which, v)| {
+        .prop_map(|(algorithm, dtype, which, v)| {
             let mut spec = OptimizerSpec {
                 algorithm,
-                learning_rate: 1e-3,
-                hyper: RadamHyper::default(),
+                dtype,
+                ..OptimizerSpec::default()
             };
             let field = match which {
                 0 => {
@@ -872,7 +1029,7 @@ pub fn invalid_case() -> impl Strategy<Value = InvalidCase> {
         })
 }
 
-/// An invalid spec is refused by `make` or by `init`, in f32 and in f64.
+/// An invalid spec is refused by `make` or by `init` in the spec's dtype.
 pub fn rejects_invalid<O: BothDtypes>(
     case: &InvalidCase,
     make: &impl Factory<O>,
@@ -894,14 +1051,16 @@ pub fn rejects_invalid<O: BothDtypes>(
         Err(_) => return Ok(()),
         Ok(o) => o,
     };
-    let accepted32 = Optimizer::<f32>::init(&mut o, &leaf::<f32>(&[0.5, -1.0])).is_ok();
-    let accepted64 = Optimizer::<f64>::init(&mut o, &params64).is_ok();
-    if accepted32 || accepted64 {
+    let accepted = match case.spec.dtype {
+        DType::F64 => Optimizer::<f64>::init(&mut o, &params64).is_ok(),
+        _ => Optimizer::<f32>::init(&mut o, &leaf::<f32>(&[0.5, -1.0])).is_ok(),
+    };
+    if accepted {
         return Err(format!(
             "{} = {:?} accepted by make and init ({})",
             case.field,
             field_value(case),
-            if accepted32 { "f32" } else { "f64" }
+            case.spec.dtype
         ));
     }
     Ok(())
@@ -946,11 +1105,7 @@ pub fn live_bytes_flat<O: BothDtypes>(
     case: &MemCase,
     make: &impl Factory<O>,
 ) -> std::result::Result<(), String> {
-    let adam = OptimizerSpec {
-        algorithm: Algorithm::Adam,
-        learning_rate: 1e-3,
-        hyper: RadamHyper::default(),
-    };
+    let adam = OptimizerSpec::default();
     let mut nesterov = adam;
     nesterov.hyper.moments.nesterov = true;
     let radam = OptimizerSpec {

@@ -560,7 +560,8 @@ pub struct SuiteCase {
 impl SuiteCase {
     /// `values` (one per element, in the order of [`SuiteCase::tensors`]) as a tree of `E`.
     /// [`Error::Structure`] when the tensors' sizes do not add up to `values.len()` or two
-    /// tensors share a name (a case built by hand; [`suite_case`]'s always fit).
+    /// tensors share a name, [`Error::Overflow`] when a size overflows `usize` (a case built by
+    /// hand; [`suite_case`]'s always fit).
     pub fn tree<E: Float>(&self, values: &[f64]) -> Result<Tree<E>> {
         let sizes: Vec<usize> = self
             .tensors

@@ -66,7 +66,7 @@
 //! use harness::optim::RadamHyper;
 //! use harness::subject::optimizer::{Algorithm, Optimizer, OptimizerSpec};
 //! use harness::laws::radam::leaf;
-//! let spec = OptimizerSpec { algorithm: Algorithm::Adam, learning_rate: 0.1, ..OptimizerSpec::default() };
+//! let spec = OptimizerSpec { algorithm: Algorithm::Adam, dtype: harness::backend::DType::F64, learning_rate: 0.1, ..OptimizerSpec::default() };
 //! let mut adam = peers::candle_optimisers_adapter::make_adam(&spec).unwrap();
 //! let p = leaf::<f64>(&[1.0, -2.0]);
 //! let s = adam.init(&p).unwrap();

@@ -185,4 +185,23 @@ fn the_empty_parameter_law_holds_on_the_reference_and_fails_on_a_dropped_leaf_an
         .unwrap_err();
     assert!(e.contains("derived from its value"), "{e}");
     println!("candle Adam: {e}");
+
+    // an f32-only subject is stepped in f32 only, from an f32 spec
+    let asked = std::cell::RefCell::new(Vec::new());
+    let only = harness::subject::optimizer::f32_only(|s: &OptimizerSpec| {
+        asked.borrow_mut().push(s.dtype);
+        reference(s)
+    });
+    assert_eq!(steps_empty_parameter(&only, &[Torch::Adam]), Ok(1));
+    assert_eq!(*asked.borrow(), [harness::backend::DType::F32]);
+    // a factory that builds nothing fails the law rather than passing it on nothing
+    let nothing = |s: &OptimizerSpec| -> Result<Staged<optim::AdamW>> {
+        Err(harness::subject::optimizer::unsupported(s))
+    };
+    let r = peers::empty_parameter_law(&nothing, &[Torch::Adam]);
+    let c = r.counterexample.unwrap_or_default();
+    assert!(
+        !r.passed && c.starts_with("no (optimizer, dtype) pair reached"),
+        "{c}"
+    );
 }

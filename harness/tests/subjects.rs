@@ -16,6 +16,7 @@ use harness::subject::optimizer::{
 };
 use harness::tree::Tree;
 use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -258,6 +259,13 @@ fn a_law_that_no_case_reaches_fails_and_a_passing_law_counts_the_cases_that_reac
     let c = counterexample(&r, "optimizer_matches_reference");
     assert!(!r.passed());
     assert!(c.starts_with("no case reached the subject"), "{c}");
+    // the memory law, which steps the first spec the subject supports, says it found none
+    let few = harness::laws::radam::MemCase {
+        elements: 4,
+        steps: 2,
+    };
+    let e = optimizer::live_bytes_flat(&few, &nothing).unwrap_err();
+    assert!(e.starts_with("no spec reached the subject"), "{e}");
     // the reference Adam is built for the Adam cases only, and the report says how many ran
     let adam = |s: &OptimizerSpec| reference_adam(s).map(Staged::new);
     let r = optimizer::check(
@@ -287,89 +295,130 @@ fn a_law_that_no_case_reaches_fails_and_a_passing_law_counts_the_cases_that_reac
     }
 }
 
-/// A subject with an `Optimizer<f32>` implementation and no f64 one (most Rust training code).
-struct OnlyF32<T>(Staged<T>);
+/// A subject with an `Optimizer<E>` implementation for one float type only: f32 (most Rust
+/// training code) or f64 (much scientific code).
+struct InOneDtype<E, T>(Staged<T>, PhantomData<E>);
 
-impl<T: Transform<f32>> optimizer::Optimizer<f32> for OnlyF32<T> {
+fn in_one_dtype<E, T>(subject: Staged<T>) -> InOneDtype<E, T> {
+    InOneDtype(subject, PhantomData)
+}
+
+impl<E: Float, T: Transform<E>> optimizer::Optimizer<E> for InOneDtype<E, T> {
     type State = T::State;
-    fn init(&mut self, p: &Tree<f32>) -> Result<T::State> {
+    fn init(&mut self, p: &Tree<E>) -> Result<T::State> {
         self.0.init(p)
     }
-    fn update(
-        &mut self,
-        g: &Tree<f32>,
-        s: &T::State,
-        p: &Tree<f32>,
-    ) -> Result<(Tree<f32>, T::State)> {
+    fn update(&mut self, g: &Tree<E>, s: &T::State, p: &Tree<E>) -> Result<(Tree<E>, T::State)> {
         self.0.update(g, s, p)
     }
     fn traces(&self) -> Option<usize> {
-        optimizer::Optimizer::<f32>::traces(&self.0)
+        optimizer::Optimizer::<E>::traces(&self.0)
     }
 }
 
-#[test]
-fn an_f32_only_subject_is_judged_on_the_f32_cases_and_its_planted_bugs_fail() {
-    let _serial = serial();
-    let both = optimizer::check(
-        "reference adam",
-        &|s: &OptimizerSpec| reference_adam(s).map(Staged::new),
-        &opts(),
-    );
-    let only = optimizer::check(
-        "reference adam, f32 only",
-        &optimizer::f32_only(|s: &OptimizerSpec| {
-            reference_adam(s).map(|t| OnlyF32(Staged::new(t)))
-        }),
-        &opts(),
-    );
-    assert!(only.passed(), "{}", only.summary());
-    let reached = |r: &SuiteReport, law: &str| r.laws.iter().find(|l| l.name == law).unwrap().cases;
-    for law in [
-        "optimizer_matches_reference",
-        "optimizer_updates_finite",
-        "optimizer_rejects_invalid_hyperparameters",
-        "optimizer_state_signature_fixed",
-        "optimizer_one_trace",
-    ] {
-        // the f64 cases are skipped, not failed, and not counted
-        let (f32_only, both) = (reached(&only, law), reached(&both, law));
-        assert!(
-            0 < f32_only && f32_only < both,
-            "{law}: {f32_only} of {both}"
+/// The suite on the reference Adam and on each planted bug, in `$e` only through `$wrap`
+/// (`optimizer::f32_only` or `optimizer::f64_only`): the reference passes every law, each
+/// property law reaching some cases but fewer than the run in both dtypes, and each bug fails
+/// its law with a counterexample in `$e`. The memory law steps the subject in `$e`.
+macro_rules! judged_in_one_dtype {
+    ($e:ty, $wrap:path) => {{
+        let dtype = <$e as Float>::DTYPE;
+        let both = optimizer::check(
+            "reference adam",
+            &|s: &OptimizerSpec| reference_adam(s).map(Staged::new),
+            &opts(),
         );
-    }
-    for (bug, law, needle) in [
-        (Bug::Scaled, "optimizer_matches_reference", "step 1"),
-        (Bug::NanOnZeroGrad, "optimizer_updates_finite", "NaN"),
-        (Bug::CountPerTensor, "optimizer_matches_reference", "step 2"),
-        (Bug::CounterInKey, "optimizer_one_trace", "traced 2 times"),
-        (
-            Bug::WeakInit,
-            "optimizer_state_signature_fixed",
-            "extra_count",
-        ),
-        (
-            Bug::NoValidation,
+        let only = optimizer::check(
+            "reference adam, one dtype",
+            &$wrap(|s: &OptimizerSpec| {
+                reference_adam(s).map(|t| in_one_dtype::<$e, _>(Staged::new(t)))
+            }),
+            &opts(),
+        );
+        assert!(only.passed(), "{dtype}: {}", only.summary());
+        let reached =
+            |r: &SuiteReport, law: &str| r.laws.iter().find(|l| l.name == law).unwrap().cases;
+        for law in [
+            "optimizer_matches_reference",
+            "optimizer_updates_finite",
             "optimizer_rejects_invalid_hyperparameters",
-            "accepted",
-        ),
-    ] {
-        let make = move |spec: &OptimizerSpec| planted(bug)(spec).map(OnlyF32);
-        let r = optimizer::check("planted, f32 only", &optimizer::f32_only(make), &opts());
-        assert!(
-            failed(&r).contains(&law),
-            "{law} did not fail:\n{}",
-            r.summary()
-        );
-        let c = counterexample(&r, law);
-        assert!(c.contains(needle), "{law}: {c}");
-        // the case shown is an f32 one
-        assert!(
-            c.contains(&format!("OptCase {{ {} ", DType::F32)) || c.contains("dtype: F32"),
-            "{law}: {c}"
-        );
-    }
+            "optimizer_state_signature_fixed",
+            "optimizer_one_trace",
+        ] {
+            // the other dtype's cases are skipped, not failed, and not counted
+            let (one, both) = (reached(&only, law), reached(&both, law));
+            assert!(0 < one && one < both, "{dtype} {law}: {one} of {both}");
+        }
+        for (bug, law, needle) in [
+            (Bug::Scaled, "optimizer_matches_reference", "step 1"),
+            (Bug::NanOnZeroGrad, "optimizer_updates_finite", "NaN"),
+            (Bug::CountPerTensor, "optimizer_matches_reference", "step 2"),
+            (Bug::CounterInKey, "optimizer_one_trace", "traced 2 times"),
+            (
+                Bug::WeakInit,
+                "optimizer_state_signature_fixed",
+                "extra_count",
+            ),
+            (
+                Bug::NoValidation,
+                "optimizer_rejects_invalid_hyperparameters",
+                "accepted",
+            ),
+            (Bug::Leak, "optimizer_live_bytes_flat", "live bytes grew"),
+        ] {
+            let make = move |spec: &OptimizerSpec| planted(bug)(spec).map(in_one_dtype::<$e, _>);
+            let r = optimizer::check("planted, one dtype", &$wrap(make), &opts());
+            assert!(
+                failed(&r).contains(&law),
+                "{dtype}: {law} did not fail:\n{}",
+                r.summary()
+            );
+            let c = counterexample(&r, law);
+            assert!(c.contains(needle), "{dtype} {law}: {c}");
+            // the case shown is one in the subject's dtype (the memory law's case is a size)
+            if law != "optimizer_live_bytes_flat" {
+                assert!(
+                    c.contains(&format!("OptCase {{ {dtype} ")) || c.contains(&format!("dtype: {dtype:?}")),
+                    "{dtype} {law}: {c}"
+                );
+            }
+        }
+    }};
+}
+
+#[test]
+fn a_subject_in_f32_only_or_in_f64_only_is_judged_on_its_own_cases_and_its_planted_bugs_fail() {
+    let _serial = serial();
+    judged_in_one_dtype!(f32, optimizer::f32_only);
+    judged_in_one_dtype!(f64, optimizer::f64_only);
+}
+
+#[test]
+fn a_one_dtype_subject_refuses_the_other_dtype_with_an_unsupported_error() {
+    use optimizer::Optimizer;
+    let spec = OptimizerSpec::default();
+    let f32_factory = optimizer::f32_only(|s: &OptimizerSpec| {
+        reference_adam(s).map(|t| in_one_dtype::<f32, _>(Staged::new(t)))
+    });
+    let mut subject = f32_factory(&spec).expect("an f32 spec builds");
+    let e = Optimizer::<f64>::init(&mut subject, &harness::laws::radam::leaf::<f64>(&[0.5]))
+        .unwrap_err();
+    assert!(optimizer::is_unsupported(&e), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "unsupported by this implementation: float64 (a subject in float32 only)"
+    );
+    let e = f32_factory(&OptimizerSpec {
+        dtype: DType::F64,
+        ..spec
+    })
+    .err()
+    .unwrap();
+    assert!(optimizer::is_unsupported(&e), "{e}");
+    // any other error is not "unsupported": a law reports it
+    assert!(!optimizer::is_unsupported(
+        &harness::reference::Error::External("unsupported".into())
+    ));
 }
 
 #[test]

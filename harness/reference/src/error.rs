@@ -62,6 +62,11 @@ pub enum Error {
     /// transform, vector field or objective), in its own words.
     #[error("{0}")]
     External(String),
+    /// A configuration (an algorithm, a float type, an option) that an implementation behind one
+    /// of this crate's traits does not provide, naming it. A caller that tries several
+    /// configurations skips this one, where it would report any other error.
+    #[error("unsupported by this implementation: {0}")]
+    Unsupported(String),
     /// An ODE solve used `max_steps` steps (accepted + rejected) without reaching its end time.
     #[error("ODE solve reached max_steps = {max_steps} at t = {t} before the end time {t_end}")]
     MaxStepsExceeded {

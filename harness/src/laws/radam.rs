@@ -463,10 +463,11 @@ fn state_signature_fixed_e<E: Float>(case: &OptCase) -> Result<(), String> {
 // traces and memory over many steps
 
 /// Something that takes optimizer steps in place (the reference forms, a mutant, or any
-/// [`crate::subject::Optimizer`] holding its state).
-pub trait Stepper {
+/// [`crate::subject::Optimizer`] holding its state), over parameters of dtype `E` (f32 unless
+/// said otherwise).
+pub trait Stepper<E: Float = f32> {
     /// One step: `params += update(grads)`, advancing the stepper's own state.
-    fn step(&mut self, params: &mut Tree<f32>, grads: &Tree<f32>) -> Result<()>;
+    fn step(&mut self, params: &mut Tree<E>, grads: &Tree<E>) -> Result<()>;
     /// Traces (specialisations) so far; `None` when the stepper does not stage its update.
     fn traces(&self) -> Option<usize>;
 }
@@ -514,7 +515,7 @@ impl<T: Transform<f32>> Stepper for JitStepper<T> {
 /// Size and length of a memory run.
 #[derive(Debug, Clone, Copy)]
 pub struct MemCase {
-    /// Elements of the single f32 leaf.
+    /// Elements of the single leaf.
     pub elements: usize,
     /// Steps measured after the warm-up.
     pub steps: usize,
@@ -540,8 +541,8 @@ pub struct MemRun {
     pub allocs_second: u64,
 }
 
-/// Build the stepper under test for a parameter tree.
-pub type MakeStepper<'a> = &'a dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>;
+/// Build the stepper under test for a parameter tree (of dtype `E`, f32 unless said otherwise).
+pub type MakeStepper<'a, E = f32> = &'a dyn Fn(&Tree<E>) -> Result<Box<dyn Stepper<E>>>;
 
 /// An owned stepper factory.
 pub type StepperFactory = Box<dyn Fn(&Tree<f32>) -> Result<Box<dyn Stepper>>>;
@@ -595,21 +596,25 @@ pub fn last_momentum_step(hyper: &RadamHyper) -> usize {
 /// while the next one measures; once in CI the law failed on the reference Adam with 517 bytes
 /// kept in one window and none in the next, which did not happen again in six reruns (most
 /// likely such a record).
-pub fn trace_once_memory_flat(
+pub fn trace_once_memory_flat<E: Float>(
     case: &MemCase,
-    make: MakeStepper,
+    make: MakeStepper<E>,
     switch: usize,
 ) -> Result<MemRun, String> {
     memory_run(case, make, switch).or_else(|_| memory_run(case, make, switch))
 }
 
 /// One run of [`trace_once_memory_flat`].
-fn memory_run(case: &MemCase, make: MakeStepper, switch: usize) -> Result<MemRun, String> {
+fn memory_run<E: Float>(
+    case: &MemCase,
+    make: MakeStepper<E>,
+    switch: usize,
+) -> Result<MemRun, String> {
     let n = case.steps;
     let windows_after = switch.max(MEMORY_WARMUP_STEPS);
     let measured = windows_after - MEMORY_WARMUP_STEPS + 2 * n;
-    let mut params = leaf::<f32>(&vec![0.5; case.elements]);
-    let grads = leaf::<f32>(
+    let mut params = leaf::<E>(&vec![0.5; case.elements]);
+    let grads = leaf::<E>(
         &(0..case.elements)
             .map(|i| (i as f64 * 0.37).sin())
             .collect::<Vec<_>>(),

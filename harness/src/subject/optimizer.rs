@@ -13,7 +13,7 @@
 //! A subject is built per case by a factory, `make(&OptimizerSpec)`, from the algorithm, dtype
 //! and hyperparameters the case draws; a factory that does not implement an algorithm (or a
 //! dtype) returns [`unsupported`] for it and those cases are skipped. A subject that runs in
-//! f32 only is judged through [`f32_only`]. A passing law says how many cases reached the
+//! f32 (or f64) only is judged through [`f32_only`] ([`f64_only`]). A passing law says how many cases reached the
 //! subject; one that no case reached fails.
 //!
 //! A case ([`SuiteCase`], drawn by [`suite_case`]) asks for Adam or RAdam (half each) in f32 or
@@ -163,7 +163,7 @@ pub struct OptimizerSpec {
     pub algorithm: Algorithm,
     /// The float type of the case's parameters and gradients (f32 or f64): the subject is stepped
     /// as `Optimizer<f32>` or `Optimizer<f64>` accordingly. A subject that runs in one of them
-    /// only returns [`unsupported`] for the other (see [`f32_only`]).
+    /// only returns [`unsupported`] for the other (see [`f32_only`], [`f64_only`]).
     pub dtype: DType,
     /// Learning rate (finite for a valid spec).
     pub learning_rate: f64,
@@ -185,74 +185,110 @@ impl Default for OptimizerSpec {
 /// The error a factory returns for a spec it does not implement (its algorithm, or its dtype):
 /// the suite skips the case, and does not count it as one that reached the subject.
 pub fn unsupported(spec: &OptimizerSpec) -> Error {
-    Error::External(format!(
-        "{UNSUPPORTED}: {:?} in {}",
-        spec.algorithm, spec.dtype
-    ))
+    Error::Unsupported(format!("{:?} in {}", spec.algorithm, spec.dtype))
 }
 
-/// A subject that runs in f32 only, made ready for [`check`], whose subjects implement both
-/// `Optimizer<f32>` and `Optimizer<f64>` (each case runs in one of them): it is the subject in
-/// f32, and refuses f64. Only [`f32_only`] builds it, and that factory returns [`unsupported`]
-/// for an f64 spec, so f64 cases are skipped, not failed, and not counted as reaching the subject.
-pub struct F32Only<O>(O);
+/// Whether `e` is [`unsupported`]'s error ([`Error::Unsupported`]: a spec the subject does not
+/// implement), which a law skips rather than fails.
+pub fn is_unsupported(e: &Error) -> bool {
+    matches!(e, Error::Unsupported(_))
+}
 
-impl<O> F32Only<O> {
+/// A subject that runs in one float type `E` only, made ready for [`check`], whose subjects
+/// implement both `Optimizer<f32>` and `Optimizer<f64>` (each case runs in one of them): it is
+/// the subject in `E`, and refuses the other type. Only [`f32_only`] and [`f64_only`] build it,
+/// and those factories return [`unsupported`] for a spec of the other type, so its cases are
+/// skipped, not failed, and not counted as reaching the subject.
+pub struct OneDtype<E, O> {
+    subject: O,
+    dtype: std::marker::PhantomData<E>,
+}
+
+/// A subject in f32 only ([`f32_only`]).
+pub type F32Only<O> = OneDtype<f32, O>;
+/// A subject in f64 only ([`f64_only`]).
+pub type F64Only<O> = OneDtype<f64, O>;
+
+impl<E, O> OneDtype<E, O> {
     /// The subject itself.
     pub fn inner(&self) -> &O {
-        &self.0
+        &self.subject
     }
 }
 
-/// The state of an [`F32Only`] subject in f64: it has no value, since such a subject never
-/// starts an f64 run.
+/// The state of a [`OneDtype`] subject in the float type it does not run: it has no value,
+/// since such a subject never starts a run in that type.
 #[derive(Debug, Clone, Copy)]
-pub enum NeverF64 {}
+pub enum NotRun {}
 
-impl HasSignature for NeverF64 {
+impl HasSignature for NotRun {
     fn signature(&self) -> Signature {
         match *self {}
     }
 }
 
-impl<O: Optimizer<f32>> Optimizer<f32> for F32Only<O> {
+impl<E: Float, O: Optimizer<E>> Optimizer<E> for OneDtype<E, O> {
     type State = O::State;
-    fn init(&mut self, params: &Tree<f32>) -> Result<O::State> {
-        self.0.init(params)
+    fn init(&mut self, params: &Tree<E>) -> Result<O::State> {
+        self.subject.init(params)
     }
     fn update(
         &mut self,
-        grads: &Tree<f32>,
+        grads: &Tree<E>,
         state: &O::State,
-        params: &Tree<f32>,
-    ) -> Result<(Tree<f32>, O::State)> {
-        self.0.update(grads, state, params)
+        params: &Tree<E>,
+    ) -> Result<(Tree<E>, O::State)> {
+        self.subject.update(grads, state, params)
     }
     fn traces(&self) -> Option<usize> {
-        self.0.traces()
+        self.subject.traces()
     }
     fn trace_log(&self) -> Vec<String> {
-        self.0.trace_log()
+        self.subject.trace_log()
     }
     fn updates_read_through_params(&self) -> bool {
-        self.0.updates_read_through_params()
+        self.subject.updates_read_through_params()
     }
 }
 
-impl<O: Optimizer<f32>> Optimizer<f64> for F32Only<O> {
-    type State = NeverF64;
-    fn init(&mut self, _: &Tree<f64>) -> Result<NeverF64> {
-        Err(Error::External(format!(
-            "{UNSUPPORTED}: f64 (an f32-only subject)"
-        )))
-    }
-    fn update(
-        &mut self,
-        _: &Tree<f64>,
-        state: &NeverF64,
-        _: &Tree<f64>,
-    ) -> Result<(Tree<f64>, NeverF64)> {
-        match *state {}
+/// The refusing side of a [`OneDtype`] subject: `init` in the type `E` it does not run is
+/// [`Error::Unsupported`], and there is no state to update.
+macro_rules! refuses {
+    ($runs:ty, $refused:ty) => {
+        impl<O> Optimizer<$refused> for OneDtype<$runs, O> {
+            type State = NotRun;
+            fn init(&mut self, _: &Tree<$refused>) -> Result<NotRun> {
+                Err(Error::Unsupported(format!(
+                    "{} (a subject in {} only)",
+                    <$refused as Float>::DTYPE,
+                    <$runs as Float>::DTYPE
+                )))
+            }
+            fn update(
+                &mut self,
+                _: &Tree<$refused>,
+                state: &NotRun,
+                _: &Tree<$refused>,
+            ) -> Result<(Tree<$refused>, NotRun)> {
+                match *state {}
+            }
+        }
+    };
+}
+refuses!(f32, f64);
+refuses!(f64, f32);
+
+/// `make` for every spec in `E`, [`unsupported`] for one in the other type.
+fn one_dtype<E: Float, O: Optimizer<E>>(make: impl Factory<O>) -> impl Factory<OneDtype<E, O>> {
+    move |spec: &OptimizerSpec| {
+        if spec.dtype == E::DTYPE {
+            make(spec).map(|subject| OneDtype {
+                subject,
+                dtype: std::marker::PhantomData,
+            })
+        } else {
+            Err(unsupported(spec))
+        }
     }
 }
 
@@ -284,18 +320,38 @@ impl<O: Optimizer<f32>> Optimizer<f64> for F32Only<O> {
 /// assert!(report.passed(), "{}", report.summary());
 /// ```
 pub fn f32_only<O: Optimizer<f32>>(make: impl Factory<O>) -> impl Factory<F32Only<O>> {
-    move |spec: &OptimizerSpec| match spec.dtype {
-        DType::F32 => make(spec).map(F32Only),
-        _ => Err(unsupported(spec)),
-    }
+    one_dtype(make)
 }
 
-const UNSUPPORTED: &str = "unsupported by this subject";
-
-/// Whether `e` is [`unsupported`]'s error (a spec the subject does not implement), which a law
-/// skips rather than fails.
-pub fn is_unsupported(e: &Error) -> bool {
-    matches!(e, Error::External(m) if m.starts_with(UNSUPPORTED))
+/// The factory of an f64-only subject: `make` for every f64 spec, [`unsupported`] for an f32
+/// one. [`check`] judges the subject on the f64 half of its cases; the memory law steps it in
+/// f64.
+///
+/// ```
+/// use harness::optim::{self, Selection, Transform};
+/// use harness::reference::Result;
+/// use harness::subject::optimizer::{self, Algorithm, Optimizer, OptimizerSpec, Staged, SuiteOptions};
+/// use harness::tree::Tree;
+/// // A subject with an `Optimizer<f64>` implementation only.
+/// type RAdam = optim::Chain<optim::ScaleByRadam, optim::ScaleByLearningRate>;
+/// struct MineF64(Staged<RAdam>);
+/// impl Optimizer<f64> for MineF64 {
+///     type State = <RAdam as Transform<f64>>::State;
+///     fn init(&mut self, p: &Tree<f64>) -> Result<Self::State> { self.0.init(p) }
+///     fn update(&mut self, g: &Tree<f64>, s: &Self::State, p: &Tree<f64>) -> Result<(Tree<f64>, Self::State)> {
+///         self.0.update(g, s, p)
+///     }
+/// }
+/// let make = |s: &OptimizerSpec| match s.algorithm {
+///     Algorithm::RAdam => Ok(MineF64(Staged::new(optim::radam(s.learning_rate, s.hyper, Selection::Where)?))),
+///     Algorithm::Adam => Err(optimizer::unsupported(s)),
+/// };
+/// let opts = SuiteOptions { cases: 16, memory: false, ..SuiteOptions::default() };
+/// let report = optimizer::check("mine, f64", &optimizer::f64_only(make), &opts);
+/// assert!(report.passed(), "{}", report.summary());
+/// ```
+pub fn f64_only<O: Optimizer<f64>>(make: impl Factory<O>) -> impl Factory<F64Only<O>> {
+    one_dtype(make)
 }
 
 /// How the suite runs.
@@ -1108,13 +1164,13 @@ fn field_value(case: &InvalidCase) -> f64 {
 }
 
 /// An [`Optimizer`] holding its state, stepping parameters in place (the memory law's driver).
-struct Holding<O: Optimizer<f32>> {
+struct Holding<E: Float, O: Optimizer<E>> {
     opt: O,
     state: O::State,
 }
 
-impl<O: Optimizer<f32>> Stepper for Holding<O> {
-    fn step(&mut self, params: &mut Tree<f32>, grads: &Tree<f32>) -> Result<()> {
+impl<E: Float, O: Optimizer<E>> Stepper<E> for Holding<E, O> {
+    fn step(&mut self, params: &mut Tree<E>, grads: &Tree<E>) -> Result<()> {
         let (u, s) = self.opt.update(grads, &self.state, params)?;
         *params = apply_updates(params, &u)?;
         self.state = s;
@@ -1125,44 +1181,77 @@ impl<O: Optimizer<f32>> Stepper for Holding<O> {
     }
 }
 
-/// [`trace_once_memory_flat`] on f32 steps of the first of Adam, RAdam and Nesterov Adam
-/// (default hyperparameters, learning rate 1e-3) the subject supports: no step ends with more
-/// live bytes than the two warm-up steps left, two windows of `case.steps` steps do not grow
-/// them, the second window allocates no more than the first, and a staged subject traces once.
-/// For RAdam the allocation windows start after its last momentum step
-/// ([`last_momentum_step`]: 5), so that both run the rectified branch. Hold
+/// [`trace_once_memory_flat`] on steps of the first of Adam, RAdam and Nesterov Adam in f32,
+/// then the same in f64 (default hyperparameters, learning rate 1e-3), that the subject
+/// supports: no step ends with more live bytes than the two warm-up steps left, two windows of
+/// `case.steps` steps do not grow them, the second window allocates no more than the first, and
+/// a staged subject traces once. For RAdam the allocation windows start after its last momentum
+/// step ([`last_momentum_step`]: 5), so that both run the rectified branch. Hold
 /// [`crate::probe::exclusive`].
 pub fn live_bytes_flat<O: BothDtypes>(
     case: &MemCase,
     make: &impl Factory<O>,
 ) -> std::result::Result<(), String> {
-    let adam = OptimizerSpec::default();
-    let mut nesterov = adam;
-    nesterov.hyper.moments.nesterov = true;
-    let radam = OptimizerSpec {
-        algorithm: Algorithm::RAdam,
-        ..adam
-    };
-    let mut chosen = adam;
-    let mut built = make(&adam);
-    let mut switch = 0;
-    for spec in [radam, nesterov] {
-        match built {
-            Err(e) if is_unsupported(&e) => {
-                chosen = spec;
-                built = make(&spec);
-                switch = match spec.algorithm {
-                    Algorithm::RAdam => last_momentum_step(&spec.hyper),
-                    _ => 0,
-                };
-            }
-            _ => break,
+    let mut candidates = Vec::with_capacity(6);
+    for dtype in [DType::F32, DType::F64] {
+        let adam = OptimizerSpec {
+            dtype,
+            ..OptimizerSpec::default()
+        };
+        let mut nesterov = adam;
+        nesterov.hyper.moments.nesterov = true;
+        let radam = OptimizerSpec {
+            algorithm: Algorithm::RAdam,
+            ..adam
+        };
+        candidates.extend([adam, radam, nesterov]);
+    }
+    let mut chosen = None;
+    for spec in &candidates {
+        let built = by_dtype!(real spec.dtype, builds[O](spec, make), else unsupported_dtype(spec.dtype).map(|()| false))?;
+        if built {
+            chosen = Some(*spec);
+            break;
         }
     }
-    built.map_err(|e| e.to_string())?;
-    // each run of the law (a failing one is run again) gets a fresh optimizer of that spec
-    let stepper = |p: &Tree<f32>| -> Result<Box<dyn Stepper>> {
-        let mut opt = make(&chosen)?;
+    let Some(spec) = chosen else {
+        return Err(
+            "no spec reached the subject: Adam, RAdam and Nesterov Adam are unsupported in \
+             float32 and in float64"
+                .to_string(),
+        );
+    };
+    let switch = match spec.algorithm {
+        Algorithm::RAdam => last_momentum_step(&spec.hyper),
+        Algorithm::Adam => 0,
+    };
+    by_dtype!(real spec.dtype, memory_flat_in[O](case, &spec, make, switch), else unsupported_dtype(spec.dtype))
+}
+
+/// Whether `make(spec)` builds a subject and it starts a run in `E` (`false` when either is
+/// [`unsupported`]; any other error is the law's failure).
+fn builds<E: Float, O: Optimizer<E>>(
+    spec: &OptimizerSpec,
+    make: &impl Factory<O>,
+) -> std::result::Result<bool, String> {
+    let started = make(spec).and_then(|mut opt| opt.init(&leaf::<E>(&[0.5])).map(|_| ()));
+    match started {
+        Ok(()) => Ok(true),
+        Err(e) if is_unsupported(&e) => Ok(false),
+        Err(e) => Err(format!("make({spec:?}): {e}")),
+    }
+}
+
+/// The memory run of `live_bytes_flat` in `E`, on a fresh subject of `spec` per run (a failing
+/// run is run again).
+fn memory_flat_in<E: Float, O: Optimizer<E> + 'static>(
+    case: &MemCase,
+    spec: &OptimizerSpec,
+    make: &impl Factory<O>,
+    switch: usize,
+) -> std::result::Result<(), String> {
+    let stepper = |p: &Tree<E>| -> Result<Box<dyn Stepper<E>>> {
+        let mut opt = make(spec)?;
         let state = opt.init(p)?;
         Ok(Box::new(Holding { opt, state }))
     };

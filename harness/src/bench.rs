@@ -299,6 +299,14 @@ pub struct Host {
     /// The CPU model the operating system reports ([`cpu_model`] of Linux's `/proc/cpuinfo`), or
     /// `unknown`.
     pub cpu: String,
+    /// The CPU's family, model and stepping numbers ([`cpu_signature`]), or `unknown`: a cloud
+    /// host may give two generations of core the same model name (an Intel Cascade Lake,
+    /// model 85, and an Emerald Rapids, model 207, both read `Intel(R) Xeon(R) Processor`).
+    pub cpu_id: String,
+    /// Each core's second-level cache in KiB (Linux's `/sys/devices/system/cpu/cpu0/cache`),
+    /// when the system says: the working sets of the CNF step and of the symmetric products
+    /// were sized against it.
+    pub l2_kib: Option<u64>,
     /// Logical CPUs this process may run on (`std::thread::available_parallelism`).
     pub logical_cpus: usize,
     /// The widest vector instructions the workspace's own kernels run at
@@ -313,12 +321,12 @@ impl Host {
     /// This machine, as the process sees it now.
     pub fn this() -> Host {
         use crate::backend::Simd;
-        let cpu = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|text| cpu_model(&text))
-            .unwrap_or_else(|| "unknown".into());
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let known = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
         Host {
-            cpu,
+            cpu: known(cpu_model(&cpuinfo)),
+            cpu_id: known(cpu_signature(&cpuinfo)),
+            l2_kib: l2_cache_kib(std::path::Path::new("/sys/devices/system/cpu/cpu0/cache")),
             logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             simd: match Simd::best() {
                 Simd::Avx512 => "avx512",
@@ -332,14 +340,109 @@ impl Host {
 }
 
 impl std::fmt::Display for Host {
-    /// `cpu, N logical CPUs, simd (arch)`, as the bench's text output prints it.
+    /// `cpu (cpu_id), N logical CPUs, L2 K KiB a core, simd (arch)`, as the bench's text output
+    /// prints it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}, {} logical CPUs, {} ({})",
-            self.cpu, self.logical_cpus, self.simd, self.arch
-        )
+            "{} ({}), {} logical CPUs, ",
+            self.cpu, self.cpu_id, self.logical_cpus
+        )?;
+        if let Some(kib) = self.l2_kib {
+            write!(f, "L2 {kib} KiB a core, ")?;
+        }
+        write!(f, "{} ({})", self.simd, self.arch)
     }
+}
+
+/// The CPU's identifying numbers in the text of Linux's `/proc/cpuinfo`: `family F model M
+/// stepping S` from the first `cpu family`, `model` and `stepping` lines (x86), else
+/// `implementer I part P` from `CPU implementer` and `CPU part` (ARM); `None` when neither set
+/// is complete.
+///
+/// ```
+/// use harness::bench::cpu_signature;
+/// let text = "model name\t: Intel(R) Xeon(R) Processor\ncpu family\t: 6\nmodel\t\t: 207\nstepping\t: 2\n";
+/// assert_eq!(cpu_signature(text).as_deref(), Some("family 6 model 207 stepping 2"));
+/// let arm = "CPU implementer\t: 0x41\nCPU part\t: 0xd0c\n";
+/// assert_eq!(cpu_signature(arm).as_deref(), Some("implementer 0x41 part 0xd0c"));
+/// assert_eq!(cpu_signature("cpu family\t: 6\n"), None);
+/// ```
+pub fn cpu_signature(cpuinfo: &str) -> Option<String> {
+    let value_of = |key: &str| {
+        cpuinfo.lines().find_map(|line| {
+            let (k, v) = line.split_once(':')?;
+            let v = v.trim();
+            (k.trim() == key && !v.is_empty()).then(|| v.to_string())
+        })
+    };
+    let all = |keys: &[(&str, &str)]| {
+        keys.iter()
+            .map(|&(key, label)| value_of(key).map(|v| format!("{label} {v}")))
+            .collect::<Option<Vec<_>>>()
+            .map(|parts| parts.join(" "))
+    };
+    all(&[
+        ("cpu family", "family"),
+        ("model", "model"),
+        ("stepping", "stepping"),
+    ])
+    .or_else(|| all(&[("CPU implementer", "implementer"), ("CPU part", "part")]))
+}
+
+/// The size in KiB of the level-2 data or unified cache among the `index*` folders of a Linux
+/// CPU cache directory (`/sys/devices/system/cpu/cpu0/cache`: files `level`, `type`, and
+/// `size` such as `2048K`); `None` when the directory or such a cache is not there, or its size
+/// does not read.
+///
+/// ```
+/// use harness::bench::l2_cache_kib;
+/// let dir = std::env::temp_dir().join(format!("l2-cache-kib-{}", std::process::id()));
+/// for (index, level, kind, size) in [(0, "1", "Data", "48K"), (2, "2", "Unified", "2048K")] {
+///     let d = dir.join(format!("index{index}"));
+///     std::fs::create_dir_all(&d).unwrap();
+///     for (file, text) in [("level", level), ("type", kind), ("size", size)] {
+///         std::fs::write(d.join(file), format!("{text}\n")).unwrap();
+///     }
+/// }
+/// assert_eq!(l2_cache_kib(&dir), Some(2048));
+/// assert_eq!(l2_cache_kib(&dir.join("missing")), None);
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn l2_cache_kib(dir: &std::path::Path) -> Option<u64> {
+    let read = |d: &std::path::Path, file: &str| {
+        std::fs::read_to_string(d.join(file))
+            .ok()
+            .map(|t| t.trim().to_string())
+    };
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("index"))
+        })
+        .collect();
+    entries.sort();
+    entries.iter().find_map(|d| {
+        let level2 = read(d, "level")? == "2";
+        let holds_data = matches!(read(d, "type")?.as_str(), "Data" | "Unified");
+        if !(level2 && holds_data) {
+            return None;
+        }
+        let size = read(d, "size")?;
+        let (digits, scale) = match size.strip_suffix('K') {
+            Some(d) => (d, 1),
+            None => match size.strip_suffix('M') {
+                Some(d) => (d, 1024),
+                None => (size.as_str(), 0),
+            },
+        };
+        let n: u64 = digits.parse().ok()?;
+        // a bare number is bytes
+        Some(if scale == 0 { n / 1024 } else { n * scale })
+    })
 }
 
 /// The CPU model named in the text of Linux's `/proc/cpuinfo`: the value of the first

@@ -369,16 +369,9 @@ impl std::fmt::Display for Host {
 /// assert_eq!(cpu_signature("cpu family\t: 6\n"), None);
 /// ```
 pub fn cpu_signature(cpuinfo: &str) -> Option<String> {
-    let value_of = |key: &str| {
-        cpuinfo.lines().find_map(|line| {
-            let (k, v) = line.split_once(':')?;
-            let v = v.trim();
-            (k.trim() == key && !v.is_empty()).then(|| v.to_string())
-        })
-    };
     let all = |keys: &[(&str, &str)]| {
         keys.iter()
-            .map(|&(key, label)| value_of(key).map(|v| format!("{label} {v}")))
+            .map(|&(key, label)| cpuinfo_value(cpuinfo, key).map(|v| format!("{label} {v}")))
             .collect::<Option<Vec<_>>>()
             .map(|parts| parts.join(" "))
     };
@@ -456,16 +449,19 @@ pub fn l2_cache_kib(dir: &std::path::Path) -> Option<u64> {
 /// assert_eq!(cpu_model("no such field"), None);
 /// ```
 pub fn cpu_model(cpuinfo: &str) -> Option<String> {
-    let value_of = |key: &str| {
-        cpuinfo.lines().find_map(|line| {
-            let (k, v) = line.split_once(':')?;
-            (k.trim() == key).then(|| v.split_whitespace().collect::<Vec<_>>().join(" "))
-        })
-    };
     ["model name", "Hardware"]
         .into_iter()
-        .filter_map(value_of)
-        .find(|v| !v.is_empty())
+        .find_map(|key| cpuinfo_value(cpuinfo, key))
+}
+
+/// The value of the first `key : value` line of `/proc/cpuinfo`'s text whose key is `key`, with
+/// runs of white space collapsed; `None` when there is none or its value is empty.
+fn cpuinfo_value(cpuinfo: &str, key: &str) -> Option<String> {
+    cpuinfo.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        let v = v.split_whitespace().collect::<Vec<_>>().join(" ");
+        (k.trim() == key && !v.is_empty()).then_some(v)
+    })
 }
 
 /// The machine's CPU time by kind, summed over its logical CPUs, in clock ticks: the aggregate

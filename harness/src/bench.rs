@@ -303,9 +303,10 @@ pub struct Host {
     /// host may give two generations of core the same model name (an Intel Cascade Lake,
     /// model 85, and an Emerald Rapids, model 207, both read `Intel(R) Xeon(R) Processor`).
     pub cpu_id: String,
-    /// Each core's second-level cache in KiB (Linux's `/sys/devices/system/cpu/cpu0/cache`),
-    /// when the system says: the working sets of the CNF step and of the symmetric products
-    /// were sized against it.
+    /// The second-level cache of CPU 0 in KiB (Linux's `/sys/devices/system/cpu/cpu0/cache`;
+    /// one core's on the x86 servers measured so far, shared by a cluster of cores on some
+    /// other CPUs), when the system says: the working sets of the CNF step and of the symmetric
+    /// products were sized against it.
     pub l2_kib: Option<u64>,
     /// Logical CPUs this process may run on (`std::thread::available_parallelism`).
     pub logical_cpus: usize,
@@ -340,7 +341,7 @@ impl Host {
 }
 
 impl std::fmt::Display for Host {
-    /// `cpu (cpu_id), N logical CPUs, L2 K KiB a core, simd (arch)`, as the bench's text output
+    /// `cpu (cpu_id), N logical CPUs, L2 K KiB, simd (arch)`, as the bench's text output
     /// prints it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -349,7 +350,7 @@ impl std::fmt::Display for Host {
             self.cpu, self.cpu_id, self.logical_cpus
         )?;
         if let Some(kib) = self.l2_kib {
-            write!(f, "L2 {kib} KiB a core, ")?;
+            write!(f, "L2 {kib} KiB, ")?;
         }
         write!(f, "{} ({})", self.simd, self.arch)
     }
@@ -433,8 +434,12 @@ pub fn l2_cache_kib(dir: &std::path::Path) -> Option<u64> {
             },
         };
         let n: u64 = digits.parse().ok()?;
-        // a bare number is bytes
-        Some(if scale == 0 { n / 1024 } else { n * scale })
+        // a bare number is bytes (rounded up to whole KiB)
+        Some(if scale == 0 {
+            n.div_ceil(1024)
+        } else {
+            n * scale
+        })
     })
 }
 

@@ -183,7 +183,9 @@ impl Default for OptimizerSpec {
 }
 
 /// The error a factory returns for a spec it does not implement (its algorithm, or its dtype):
-/// the suite skips the case, and does not count it as one that reached the subject.
+/// the suite skips the case, and does not count it as one that reached the subject. Only the
+/// factory's answer decides that: a subject it built that returns this error from `init` or
+/// `update` has reached the law, which judges the error as any other.
 pub fn unsupported(spec: &OptimizerSpec) -> Error {
     Error::Unsupported(format!("{:?} in {}", spec.algorithm, spec.dtype))
 }
@@ -993,25 +995,45 @@ pub fn state_signature_fixed<E: Float, O: Optimizer<E>>(
 /// default spec (Adam, RAdam or Nesterov Adam; f32 or f64) its factory builds; `Err` when it
 /// builds none.
 pub fn staged<O: BothDtypes>(make: &impl Factory<O>) -> std::result::Result<bool, String> {
-    let mut last = None;
-    for dtype in [DType::F32, DType::F64] {
-        for (algorithm, nesterov) in [
+    let (spec, subject) = first_built(make)?;
+    Ok(match spec.dtype {
+        DType::F32 => Optimizer::<f32>::traces(&subject),
+        _ => Optimizer::<f64>::traces(&subject),
+    }
+    .is_some())
+}
+
+/// The specs the suite tries where it needs one subject rather than a case's: Adam, RAdam and
+/// Nesterov Adam (learning rate 1e-3, optax's defaults), in f32, then the same in f64.
+fn default_specs() -> impl Iterator<Item = OptimizerSpec> {
+    [DType::F32, DType::F64].into_iter().flat_map(|dtype| {
+        [
             (Algorithm::Adam, false),
             (Algorithm::RAdam, false),
             (Algorithm::Adam, true),
-        ] {
+        ]
+        .map(|(algorithm, nesterov)| {
             let mut spec = OptimizerSpec {
                 algorithm,
                 dtype,
                 ..OptimizerSpec::default()
             };
             spec.hyper.moments.nesterov = nesterov;
-            match make(&spec) {
-                Ok(o) if dtype == DType::F32 => return Ok(Optimizer::<f32>::traces(&o).is_some()),
-                Ok(o) => return Ok(Optimizer::<f64>::traces(&o).is_some()),
-                Err(e) if is_unsupported(&e) => last = Some(e),
-                Err(e) => return Err(format!("make({spec:?}) failed: {e}")),
-            }
+            spec
+        })
+    })
+}
+
+/// The first of the default specs (Adam, RAdam, Nesterov Adam; f32 then f64) that `make`
+/// builds, with the subject built. Only the factory's answer counts, as for a case: an error
+/// when `make` fails on one with anything but [`unsupported`], or builds none.
+fn first_built<O>(make: &impl Factory<O>) -> std::result::Result<(OptimizerSpec, O), String> {
+    let mut last = None;
+    for spec in default_specs() {
+        match make(&spec) {
+            Ok(subject) => return Ok((spec, subject)),
+            Err(e) if is_unsupported(&e) => last = Some(e),
+            Err(e) => return Err(format!("make({spec:?}) failed: {e}")),
         }
     }
     Err(format!(
@@ -1182,64 +1204,22 @@ impl<E: Float, O: Optimizer<E>> Stepper<E> for Holding<E, O> {
 }
 
 /// [`trace_once_memory_flat`] on steps of the first of Adam, RAdam and Nesterov Adam in f32,
-/// then the same in f64 (default hyperparameters, learning rate 1e-3), that the subject
-/// supports: no step ends with more live bytes than the two warm-up steps left, two windows of
-/// `case.steps` steps do not grow them, the second window allocates no more than the first, and
-/// a staged subject traces once. For RAdam the allocation windows start after its last momentum
+/// then the same in f64 (default hyperparameters, learning rate 1e-3), that the factory builds
+/// (as [`staged`] picks it), in that spec's dtype: no step ends with more live bytes than the
+/// two warm-up steps left, two windows of `case.steps` steps do not grow them, the second
+/// window allocates no more than the first, and a staged subject traces once. For RAdam the allocation windows start after its last momentum
 /// step ([`last_momentum_step`]: 5), so that both run the rectified branch. Hold
 /// [`crate::probe::exclusive`].
 pub fn live_bytes_flat<O: BothDtypes>(
     case: &MemCase,
     make: &impl Factory<O>,
 ) -> std::result::Result<(), String> {
-    let mut candidates = Vec::with_capacity(6);
-    for dtype in [DType::F32, DType::F64] {
-        let adam = OptimizerSpec {
-            dtype,
-            ..OptimizerSpec::default()
-        };
-        let mut nesterov = adam;
-        nesterov.hyper.moments.nesterov = true;
-        let radam = OptimizerSpec {
-            algorithm: Algorithm::RAdam,
-            ..adam
-        };
-        candidates.extend([adam, radam, nesterov]);
-    }
-    let mut chosen = None;
-    for spec in &candidates {
-        let built = by_dtype!(real spec.dtype, builds[O](spec, make), else unsupported_dtype(spec.dtype).map(|()| false))?;
-        if built {
-            chosen = Some(*spec);
-            break;
-        }
-    }
-    let Some(spec) = chosen else {
-        return Err(
-            "no spec reached the subject: Adam, RAdam and Nesterov Adam are unsupported in \
-             float32 and in float64"
-                .to_string(),
-        );
-    };
+    let (spec, _) = first_built(make)?;
     let switch = match spec.algorithm {
         Algorithm::RAdam => last_momentum_step(&spec.hyper),
         Algorithm::Adam => 0,
     };
     by_dtype!(real spec.dtype, memory_flat_in[O](case, &spec, make, switch), else unsupported_dtype(spec.dtype))
-}
-
-/// Whether `make(spec)` builds a subject and it starts a run in `E` (`false` when either is
-/// [`unsupported`]; any other error is the law's failure).
-fn builds<E: Float, O: Optimizer<E>>(
-    spec: &OptimizerSpec,
-    make: &impl Factory<O>,
-) -> std::result::Result<bool, String> {
-    let started = make(spec).and_then(|mut opt| opt.init(&leaf::<E>(&[0.5])).map(|_| ()));
-    match started {
-        Ok(()) => Ok(true),
-        Err(e) if is_unsupported(&e) => Ok(false),
-        Err(e) => Err(format!("make({spec:?}): {e}")),
-    }
 }
 
 /// The memory run of `live_bytes_flat` in `E`, on a fresh subject of `spec` per run (a failing

@@ -12,8 +12,8 @@
 //!   65,536-dimensional Rosenbrock in f32: value and gradient, the staged line-search update and
 //!   `apply_updates`, from the same start point each time) with its evaluation count;
 //! - area `muon`: `ns5_1024_ms` (5 standard Newton–Schulz iterations on a 1024x1024 f32 matrix,
-//!   planned form) and `gemm_1024_gflops` (one 1024^3 f32 product through the same gemm call
-//!   dfdx makes, `2 n^3` flops per product);
+//!   planned form) and `gemm_1024_gflops` (one 1024^3 f32 product, `2 n^3` flops, the faster of
+//!   dfdx's gemm call and the later `gemm` release with AVX-512 kernels the iteration uses);
 //! - area `ode`: `ode_lv_tsit5_1e-8_us` and its step count;
 //! - area `cnf`: `train_step_w64_d3_b500_ms` and its gemm bound, the same step in f32
 //!   (`train_step_w64_d3_b500_f32_ms`) and its f32 gemm bound;
@@ -29,7 +29,7 @@
 
 pub mod scaling;
 
-use crate::backend::Array;
+use crate::backend::{Array, GemmKernel};
 use crate::ode::Integration;
 use crate::optim::{AdamHyper, FusedMoments, RadamHyper, Selection};
 use crate::tree::Tree;
@@ -1017,7 +1017,11 @@ pub fn attach_limits(figures: &mut [Figure]) {
                 f.limit_source = Some("is the limit: read+write of a 256 MiB copy".into())
             }
             "gemm_1024_gflops" => {
-                f.limit_source = Some("is the limit: one 1024^3 f32 gemm, 2n^3 flops".into())
+                f.limit_source = Some(
+                    "is the limit: one 1024^3 f32 gemm, 2n^3 flops, every core, the faster of \
+                     gemm 0.15 (dfdx's call) and gemm 0.19 (AVX-512 kernels), whole or split by rows"
+                        .into(),
+                )
             }
             "stream_4r3w_gbps" => {
                 f.limit_source = Some(
@@ -1321,10 +1325,23 @@ pub fn own_arrays_pass(
     }
 }
 
-/// The f32 gemm rate of one `n x n x n` product through the gemm call dfdx makes (`2 n^3`
-/// flops), GFLOP/s: the best of `reps` after one warm-up product.
+/// The f32 gemm rate of one `n x n x n` product on every core (`2 n^3` flops), GFLOP/s: the
+/// faster of [`gemm_f32_gflops_on`]'s two kernels (dfdx's call, and the later `gemm` release
+/// with AVX-512 kernels), each issued whole and split by rows across a pool of every core.
 pub fn gemm_f32_gflops(n: usize, reps: usize) -> f64 {
-    use crate::backend::{gemm_into, Dest, Operand, Product};
+    [GemmKernel::Dfdx, GemmKernel::Widest]
+        .into_iter()
+        .map(|kernel| gemm_f32_gflops_on(kernel, n, reps))
+        .fold(0.0, f64::max)
+}
+
+/// The f32 gemm rate of one `n x n x n` product issued to `kernel` (`2 n^3` flops), GFLOP/s:
+/// the best of `reps` after one warm-up product, of the product as one call (gemm's own rayon
+/// parallelism from [`crate::backend::GEMM_PARALLEL_MIN`] multiply-adds) and split by rows
+/// across a [`crate::pool::Pool`] of every core ([`crate::backend::gemm_into_pooled`], as the
+/// Newton–Schulz iteration issues its `B X`).
+pub fn gemm_f32_gflops_on(kernel: GemmKernel, n: usize, reps: usize) -> f64 {
+    use crate::backend::{gemm_into_on, gemm_into_pooled, Dest, Operand, Product};
     let n = n.max(1);
     let x: Vec<f32> = (0..n * n).map(|i| ((i as f32) * 0.618).sin()).collect();
     let mut dst = vec![0.0f32; n * n];
@@ -1334,27 +1351,33 @@ pub fn gemm_f32_gflops(n: usize, reps: usize) -> f64 {
         rs: n,
         cs: 1,
     };
-    let mut product = || {
-        let p = Product {
-            m: n,
-            n,
-            k: n,
-            lhs: op(&x),
-            rhs: op(&x),
-        };
-        gemm_into(
-            p,
-            Dest {
-                data: &mut dst,
-                offset: 0,
-                rs: n,
-            },
-        )
+    let product = || Product {
+        m: n,
+        n,
+        k: n,
+        lhs: op(&x),
+        rhs: op(&x),
     };
-    product();
-    let secs = best_seconds(reps, product);
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let mut pool = crate::pool::Pool::new(threads);
+    let mut run = |pooled: bool| {
+        let dest = Dest {
+            data: &mut dst[..],
+            offset: 0,
+            rs: n,
+        };
+        if pooled {
+            gemm_into_pooled(&mut pool, kernel, product(), dest)
+        } else {
+            gemm_into_on(kernel, product(), dest)
+        }
+    };
+    run(false);
+    let whole = best_seconds(reps, || run(false));
+    run(true);
+    let pooled = best_seconds(reps, || run(true));
     std::hint::black_box(&dst);
-    2.0 * (n as f64).powi(3) / secs / 1e9
+    2.0 * (n as f64).powi(3) / whole.min(pooled) / 1e9
 }
 
 /// Fresh memory written once on every core: GB/s of filling a newly allocated buffer of

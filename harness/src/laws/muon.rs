@@ -923,7 +923,10 @@ impl NsRunner for NsPlan<f32> {
 /// operands it packs, a packed panel; the planned products pass contiguous row-major operands,
 /// which it does not pack. Measured on this crate's shapes: 6 to 188 bytes a call (8 bytes for
 /// 1024 x 1024). 1 KiB a concurrent call bounds it with room; a workspace of the iteration's own
-/// (six `m x n` or `m x m` f32 matrices) is thousands of times larger.
+/// (six `m x n` or `m x m` f32 matrices) is thousands of times larger. `gemm` 0.19 allocates its
+/// packed operand panels at every call (tens to hundreds of KiB), so a plan issuing its products
+/// there ([`crate::backend::GemmKernel::Widest`]) is judged on the same buffers through
+/// `NsPlan::with_kernel(GemmKernel::Dfdx)`.
 pub const GEMM_CALL_SCRATCH_BYTES: usize = 1024;
 
 /// After [`NS_WARMUP_CALLS`] runs, each of `calls` further runs of `plan` on `x` allocates only

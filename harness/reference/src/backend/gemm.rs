@@ -4,7 +4,8 @@
 //! (depth-2 products, narrow outputs from a column-major operand, and products up to 64 columns
 //! wide summed as outer products in AVX-512 registers: see `SmallProduct`); and that last kernel
 //! with a hidden layer's element-wise work applied to each tile before it leaves the registers
-//! ([`hidden_layer_into`]).
+//! ([`hidden_layer_into`]). Products whose bits need not be dfdx's may instead go to a later
+//! release of the same crate with its AVX-512 kernels enabled ([`GemmKernel::Widest`]).
 
 use super::{vectorised, Kernel, Real};
 use crate::pool::{PartsPtr, Pool};
@@ -97,19 +98,37 @@ pub fn gemm_into<A: Real>(p: Product<'_, A>, dst: Dest<'_, A>) {
     if small.shallow() || small.narrow() || small.outer() {
         return;
     }
-    let parallelism = if m * n * k < GEMM_PARALLEL_MIN {
-        gemm::Parallelism::None
+    // SAFETY: `gemm_checked` asserted every touched index in bounds.
+    unsafe {
+        gemm_whole(
+            GemmKernel::Dfdx,
+            &p,
+            dst.as_mut_ptr().add(dst_offset),
+            dst_rs,
+        )
+    }
+}
+
+/// One call of `kernel` for the whole product into `dst` (row stride `dst_rs`): on the calling
+/// thread below [`GEMM_PARALLEL_MIN`] multiply-adds, else on every thread of rayon's pool
+/// (`Parallelism::Rayon`, as dfdx's matmul asks).
+///
+/// # Safety
+/// As [`gemm_raw`]: `p`'s operands and the `m x n` destination in bounds, not overlapping.
+unsafe fn gemm_whole<A: Real>(kernel: GemmKernel, p: &Product<'_, A>, dst: *mut A, dst_rs: usize) {
+    let Product { m, n, k, lhs, rhs } = *p;
+    let threads = if m * n * k < GEMM_PARALLEL_MIN {
+        1
     } else {
-        gemm::Parallelism::Rayon(rayon::current_num_threads())
+        rayon::current_num_threads()
     };
-    // SAFETY: `gemm_checked` asserted every touched index in bounds; `dst` is borrowed mutably,
-    // the operands immutably, so they do not alias.
+    // SAFETY: the caller's
     unsafe {
         gemm_raw(
             m,
             n,
             k,
-            dst.as_mut_ptr().add(dst_offset),
+            dst,
             dst_rs,
             lhs.data.as_ptr().add(lhs.offset),
             lhs.rs,
@@ -117,27 +136,109 @@ pub fn gemm_into<A: Real>(p: Product<'_, A>, dst: Dest<'_, A>) {
             rhs.data.as_ptr().add(rhs.offset),
             rhs.rs,
             rhs.cs,
-            parallelism,
+            kernel,
+            threads,
         )
     }
 }
 
-/// Output widths up to this may take gemm 0.15's small-size path (`m, n <= 64` after its
-/// transpose to a column-oriented destination, `gemm-common` `gemm.rs`), whose depth chunk is
+/// Which release of the `gemm` crate a product is issued to.
+///
+/// The two compute the same sums with the same operands, each element to within gemm's usual
+/// rounding, but in different orders and vector widths, so their bits differ: a result that must
+/// equal dfdx's bit for bit uses [`GemmKernel::Dfdx`]. Either one's result is a function of the
+/// shape and the operands only (not of the thread count, for the pooled forms below).
+///
+/// # References
+/// - `gemm` 0.15 and 0.19 (crates.io, sarah-ek/gemm); 0.19's `x86-v4` feature enables its
+///   AVX-512 kernels, chosen at run time by CPU feature detection.
+///
+/// # Example
+/// ```
+/// use harness_reference::backend::{gemm_into_on, Dest, GemmKernel, Operand, Product};
+/// let (a, b) = ([1.0f32, 2.0, 3.0, 4.0], [5.0f32, 6.0, 7.0, 8.0]);
+/// let op = |data| Operand { data, offset: 0, rs: 2, cs: 1 };
+/// for kernel in [GemmKernel::Dfdx, GemmKernel::Widest] {
+///     let mut out = [0.0f32; 4];
+///     let p = Product { m: 2, n: 2, k: 2, lhs: op(&a[..]), rhs: op(&b[..]) };
+///     gemm_into_on(kernel, p, Dest { data: &mut out, offset: 0, rs: 2 });
+///     assert_eq!(out, [19.0, 22.0, 43.0, 50.0]); // exact: small integers
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmKernel {
+    /// `gemm` 0.15, the call dfdx 0.13's CPU matmul makes: results bit-identical to dfdx's.
+    Dfdx,
+    /// `gemm` 0.19 with its AVX-512 kernels enabled, on a CPU without them its next widest: 2.0x
+    /// dfdx's rate on a `1024^3` f32 product (one thread and two) on an AVX-512 Xeon (family 6
+    /// model 207), where 0.15 runs its 256-bit kernels only.
+    Widest,
+}
+
+/// [`gemm_into`] issued to `kernel`: for [`GemmKernel::Dfdx`] exactly [`gemm_into`] (small
+/// shapes through its own kernels with the call's bits); for [`GemmKernel::Widest`] one call of
+/// that release, single-threaded below [`GEMM_PARALLEL_MIN`] multiply-adds.
+///
+/// Panics as [`gemm_into`] does when an operand's extent falls outside its slice. See
+/// [`GemmKernel`] for an example.
+pub fn gemm_into_on<A: Real>(kernel: GemmKernel, p: Product<'_, A>, dst: Dest<'_, A>) {
+    if kernel == GemmKernel::Dfdx {
+        return gemm_into(p, dst);
+    }
+    let Dest {
+        data: dst,
+        offset: dst_offset,
+        rs: dst_rs,
+    } = dst;
+    if !gemm_checked(&p, dst, dst_offset, dst_rs) {
+        return;
+    }
+    // SAFETY: `gemm_checked` asserted every touched index in bounds.
+    unsafe { gemm_whole(kernel, &p, dst.as_mut_ptr().add(dst_offset), dst_rs) }
+}
+
+/// Output widths up to this may take gemm's small-size path (`m, n <= 64` after its
+/// transpose to a column-oriented destination, `gemm-common` `gemm.rs`, the same rule in 0.15
+/// and 0.19), whose depth chunk is
 /// `kc = min(k, 512)` instead of `kernel_params`' `ceil(k / ceil(k / auto_kc))`: a block of at
 /// most 64 rows of a narrow product could then sum over `k` in other chunks than the whole
 /// product. [`gemm_into_pooled`] splits rows only of wider products.
 pub const GEMM_SMALL_SIDE: usize = 64;
 
-/// [`gemm_into`] with the `m` output rows split into [`Pool::threads`] contiguous blocks, each
-/// one single-threaded `gemm::gemm` call (`Parallelism::None`) on its own pool thread. Each
+/// Outputs of at most this many elements may take `gemm` 0.19's small-output path (a kernel of
+/// its own with depth chunks of 1024, for some operand strides: `gemm-common` 0.19 `gemm.rs`),
+/// whose sums are chunked differently from the whole product's: measured, f64 row blocks of one
+/// or two rows of a `130 x 90` product (depth 70, right operand stored transposed) differed from
+/// the same rows of the whole product, blocks of three rows or more did not.
+pub const GEMM_TINY_OUTPUT: usize = 16 * 16;
+
+/// The fewest rows a row block of an `n`-column product gets in [`gemm_into_pooled`]: two (a
+/// single row takes gemm's matrix-vector path) and more than [`GEMM_TINY_OUTPUT`] elements.
+///
+/// ```
+/// use harness_reference::backend::min_block_rows;
+/// assert_eq!(min_block_rows(90), 3); // 3 x 90 = 270 elements, more than 16 x 16
+/// assert_eq!(min_block_rows(1024), 2);
+/// ```
+pub fn min_block_rows(n: usize) -> usize {
+    (GEMM_TINY_OUTPUT / n.max(1) + 1).max(2)
+}
+
+/// [`gemm_into_on`] with the `m` output rows split into [`Pool::threads`] contiguous blocks,
+/// each one single-threaded call of `kernel` (`Parallelism::None`) on its own pool thread. Each
 /// element of the output is computed by the same kernel with the same depth chunks as in one
 /// call over all rows (gemm's depth chunk depends on `k` only, for outputs wider than
-/// [`GEMM_SMALL_SIDE`]; rows are independent), so the result is bit-identical to [`gemm_into`]'s
-/// whatever the number of threads (tested below). Products smaller than [`GEMM_PARALLEL_MIN`],
-/// narrower than [`GEMM_SMALL_SIDE`] or with fewer than two rows per thread run as one call on
+/// [`GEMM_SMALL_SIDE`] and blocks of at least [`min_block_rows`]; rows are independent), so the
+/// result is bit-identical to [`gemm_into_on`]'s whatever the number of threads (tested below
+/// for both kernels). Products smaller than [`GEMM_PARALLEL_MIN`], narrower than
+/// [`GEMM_SMALL_SIDE`] or with fewer than [`min_block_rows`] rows per thread run as one call on
 /// the calling thread.
-pub fn gemm_into_pooled<A: Real>(pool: &mut Pool, p: Product<'_, A>, dst: Dest<'_, A>) {
+pub fn gemm_into_pooled<A: Real>(
+    pool: &mut Pool,
+    kernel: GemmKernel,
+    p: Product<'_, A>,
+    dst: Dest<'_, A>,
+) {
     let Dest {
         data: dst,
         offset: dst_offset,
@@ -148,8 +249,10 @@ pub fn gemm_into_pooled<A: Real>(pool: &mut Pool, p: Product<'_, A>, dst: Dest<'
     }
     let Product { m, n, k, lhs, rhs } = p;
     let parts = pool.threads();
-    let split =
-        parts > 1 && m * n * k >= GEMM_PARALLEL_MIN && n > GEMM_SMALL_SIDE && m >= 2 * parts;
+    let split = parts > 1
+        && m * n * k >= GEMM_PARALLEL_MIN
+        && n > GEMM_SMALL_SIDE
+        && m >= min_block_rows(n) * parts;
     let parts = if split { parts } else { 1 };
     let d = PartsPtr::new(dst.as_mut_ptr().wrapping_add(dst_offset));
     let l = PartsPtr::of_read_only(lhs.data.as_ptr().wrapping_add(lhs.offset));
@@ -176,7 +279,8 @@ pub fn gemm_into_pooled<A: Real>(pool: &mut Pool, p: Product<'_, A>, dst: Dest<'
                 r.get(),
                 rhs.rs,
                 rhs.cs,
-                gemm::Parallelism::None,
+                kernel,
+                1,
             )
         }
     };
@@ -203,9 +307,8 @@ pub struct Tile {
 /// `dst[r0..r1, c0..c1] = lhs[r0..r1, :] rhs[:, c0..c1]` for every tile of `tiles` (the
 /// operands are an `m x k` and a `k x n` matrix; tiles lie inside `m x n`). The pool's threads
 /// claim the tiles in list order (so list the large ones first), each tile one
-/// single-threaded `gemm::gemm` call: a tile's
-/// result does not depend on which thread computes it, so the output is bit-identical for
-/// every thread count. Tiles must not overlap.
+/// single-threaded call of `kernel`: a tile's result does not depend on which thread computes
+/// it, so the output is bit-identical for every thread count. Tiles must not overlap.
 ///
 /// Each tile is followed on its thread by `then(tile, dst)` (`dst` the destination's address),
 /// while the tile is in that thread's cache. `then` may touch the tile's elements of the
@@ -213,6 +316,7 @@ pub struct Tile {
 /// none reads what another writes; it may read the operands.
 pub(crate) fn gemm_tiles_pooled<A: Real>(
     pool: &mut Pool,
+    kernel: GemmKernel,
     tiles: &[Tile],
     p: Product<'_, A>,
     dst: &mut [A],
@@ -264,7 +368,8 @@ pub(crate) fn gemm_tiles_pooled<A: Real>(
                 r.get().add(t.c0 * rhs.cs),
                 rhs.rs,
                 rhs.cs,
-                gemm::Parallelism::None,
+                kernel,
+                1,
             )
         }
         then(t, d);
@@ -320,8 +425,9 @@ fn gemm_checked<A: Real>(
     true
 }
 
-/// The `gemm::gemm` call dfdx makes, on raw pointers: `dst` row-major with row stride
-/// `dst_rs`, `read_dst = false`, `alpha = 0`, `beta = 1`, no conjugation.
+/// The `gemm::gemm` call dfdx makes, on raw pointers, issued to `kernel`'s release of the crate
+/// on `threads` threads of rayon's pool (one: the calling thread): `dst` row-major with row
+/// stride `dst_rs`, `read_dst = false`, `alpha = 0`, `beta = 1`, no conjugation.
 ///
 /// # Safety
 /// Every element of the `m x n` output and of the `m x k`, `k x n` operands at the given
@@ -339,29 +445,44 @@ unsafe fn gemm_raw<A: Real>(
     rhs: *const A,
     rhs_rs: usize,
     rhs_cs: usize,
-    parallelism: gemm::Parallelism,
+    kernel: GemmKernel,
+    threads: usize,
 ) {
-    gemm::gemm(
-        m,
-        n,
-        k,
-        dst,
-        1,
-        dst_rs as isize,
-        false,
-        lhs,
-        lhs_cs as isize,
-        lhs_rs as isize,
-        rhs,
-        rhs_cs as isize,
-        rhs_rs as isize,
-        A::default(),
-        A::of_f64(1.0),
-        false,
-        false,
-        false,
-        parallelism,
-    )
+    // the same arguments to either release: `dst` column stride 1, no read of `dst`
+    // (`alpha = 0`), `beta = 1`, no conjugation
+    macro_rules! call {
+        ($gemm:ident) => {
+            $gemm::gemm(
+                m,
+                n,
+                k,
+                dst,
+                1,
+                dst_rs as isize,
+                false,
+                lhs,
+                lhs_cs as isize,
+                lhs_rs as isize,
+                rhs,
+                rhs_cs as isize,
+                rhs_rs as isize,
+                A::default(),
+                A::of_f64(1.0),
+                false,
+                false,
+                false,
+                if threads > 1 {
+                    $gemm::Parallelism::Rayon(threads)
+                } else {
+                    $gemm::Parallelism::None
+                },
+            )
+        };
+    }
+    match kernel {
+        GemmKernel::Dfdx => call!(gemm),
+        GemmKernel::Widest => call!(gemm_widest),
+    }
 }
 
 /// Depths up to this, for outputs up to [`GEMM_SMALL_SIDE`] wide, are multiplied by
@@ -455,7 +576,8 @@ impl<A: Real> SmallProduct<'_, '_, A> {
                 lhs.data.as_ptr().add(lhs.offset),
                 lhs.cs,
                 lhs.rs,
-                gemm::Parallelism::None,
+                GemmKernel::Dfdx,
+                1,
             )
         };
         for i in 0..m {
@@ -1138,7 +1260,13 @@ mod gemm_tests {
     }
 
     /// `m x n` from `m x k` and either a `k x n` operand or (transposed) an `n x k` one.
-    fn check_splits<A: Real>(m: usize, n: usize, k: usize, transposed_rhs: bool) {
+    fn check_splits<A: Real>(
+        kernel: GemmKernel,
+        m: usize,
+        n: usize,
+        k: usize,
+        transposed_rhs: bool,
+    ) {
         let l = data::<A>(m * k, 0.37);
         let r = data::<A>(k * n, 0.71);
         let lhs = |off: usize| Operand {
@@ -1149,7 +1277,8 @@ mod gemm_tests {
         };
         let rhs = rhs_operand(&r, k, n, transposed_rhs);
         let mut whole = vec![A::default(); m * n];
-        gemm_into(
+        gemm_into_on(
+            kernel,
             Product {
                 m,
                 n,
@@ -1164,9 +1293,11 @@ mod gemm_tests {
             },
         );
         // any row block is reduced exactly as in the whole product
-        for r0 in [2, 17, m / 3, m / 2, m - 2] {
+        let b = min_block_rows(n);
+        for r0 in [b, 17, m / 3, m / 2, m - b] {
             let mut split = vec![A::default(); m * n];
-            gemm_into(
+            gemm_into_on(
+                kernel,
                 Product {
                     m: r0,
                     n,
@@ -1180,7 +1311,8 @@ mod gemm_tests {
                     rs: n,
                 },
             );
-            gemm_into(
+            gemm_into_on(
+                kernel,
                 Product {
                     m: m - r0,
                     n,
@@ -1194,13 +1326,18 @@ mod gemm_tests {
                     rs: n,
                 },
             );
-            assert_eq!(bits(&split), bits(&whole), "{m}x{n}x{k} split at {r0}");
+            assert_eq!(
+                bits(&split),
+                bits(&whole),
+                "{kernel:?} {m}x{n}x{k} split at {r0}"
+            );
         }
         for threads in 1..=4 {
             let mut pool = Pool::new(threads);
             let mut pooled = vec![A::default(); m * n];
             gemm_into_pooled(
                 &mut pool,
+                kernel,
                 Product {
                     m,
                     n,
@@ -1217,7 +1354,7 @@ mod gemm_tests {
             assert_eq!(
                 bits(&pooled),
                 bits(&whole),
-                "{m}x{n}x{k} on {threads} threads"
+                "{kernel:?} {m}x{n}x{k} on {threads} threads"
             );
         }
     }
@@ -1277,7 +1414,8 @@ mod gemm_tests {
                 rhs.data.as_ptr(),
                 rhs.rs,
                 rhs.cs,
-                gemm::Parallelism::None,
+                GemmKernel::Dfdx,
+                1,
             )
         };
         assert_eq!(bits(&fast), bits(&slow), "{m}x{n}x{k}");
@@ -1534,7 +1672,8 @@ mod gemm_tests {
     }
 
     #[test]
-    fn row_blocks_of_a_product_are_bit_identical_to_the_whole_whatever_the_thread_count() {
+    fn row_blocks_of_a_product_are_bit_identical_to_the_whole_whatever_the_thread_count_on_either_kernel(
+    ) {
         // wide enough for gemm's general path (n > GEMM_SMALL_SIDE); the larger shapes reach
         // GEMM_PARALLEL_MIN, so the pooled form really splits; k > 512 crosses a depth chunk
         for (m, n, k) in [
@@ -1543,10 +1682,12 @@ mod gemm_tests {
             (300, 200, 1100),
             (512, 512, 512),
         ] {
-            check_splits::<f32>(m, n, k, false);
-            check_splits::<f32>(m, n, k, true);
-            check_splits::<f64>(m, n, k, false);
-            check_splits::<f64>(m, n, k, true);
+            for kernel in [GemmKernel::Dfdx, GemmKernel::Widest] {
+                check_splits::<f32>(kernel, m, n, k, false);
+                check_splits::<f32>(kernel, m, n, k, true);
+                check_splits::<f64>(kernel, m, n, k, false);
+                check_splits::<f64>(kernel, m, n, k, true);
+            }
         }
     }
 }

@@ -14,14 +14,19 @@
 //! the symmetry of `A = X X^T` and of `(cA) A`: it computes only tiles covering their upper
 //! triangle ([`symmetric_tiles`], 0.53 of a full product at `m = 1024`) and mirrors them, so
 //! both are exactly symmetric; `X^T` is materialised once per iteration so that every product
-//! reads row-major operands (gemm 0.15 packs a transposed right operand more slowly). The
+//! reads row-major operands (gemm 0.15 was measured to pack a transposed right operand more
+//! slowly). The products go to `gemm` 0.19 with its AVX-512 kernels
+//! ([`crate::backend::GemmKernel::Widest`], [`NsPlan::with_kernel`]): the iteration's bits need
+//! not be dfdx's, and on an AVX-512 CPU that release runs them at about twice 0.15's rate. The
 //! transposes, mirrors and element-wise steps between the products are fused into three
 //! blocked passes per iteration ([`super::ns_passes`]); the two that complete the symmetric
 //! products run tile by tile, each on the thread that computed the tile, right after it. After its
 //! first call it allocates nothing of its own: the buffers and the tile list are sized once, and
 //! the products run on the plan's own parked threads ([`crate::pool::Pool`], started once; one
 //! thread for products below [`GEMM_PARALLEL_MIN`]) as single-threaded gemm calls — only gemm's
-//! own per-call scratch (a few bytes, freed by the call) remains — whole tiles claimed in list
+//! own per-call scratch remains, freed by each call: a few bytes for 0.15, its packed operand
+//! panels for 0.19 (measured: 64 KiB a run at `64 x 200`, 768 KiB at `512 x 400`) — whole tiles
+//! claimed in list
 //! order from a counter for the symmetric products (`backend::gemm_tiles_pooled`; the
 //! transpose pass's blocks are dealt round-robin), row blocks for `B X`
 //! ([`crate::backend::gemm_into_pooled`]). Neither split changes any element's reduction
@@ -37,8 +42,8 @@
 
 use super::{coeffs, ns_passes};
 use crate::backend::{
-    device, gemm_into_pooled, gemm_tiles_pooled, Array, Dest, Mat, Operand, Product, Real, Tile,
-    GEMM_PARALLEL_MIN,
+    device, gemm_into_pooled, gemm_tiles_pooled, Array, Dest, GemmKernel, Mat, Operand, Product,
+    Real, Tile, GEMM_PARALLEL_MIN,
 };
 use crate::pool::{PartsPtr, Pool};
 
@@ -218,6 +223,8 @@ pub struct NsPlan<A> {
     /// Threads the products' rows are split across (one part per thread, the caller's
     /// included); started once, here.
     pool: Pool,
+    /// The release of `gemm` the products are issued to.
+    kernel: GemmKernel,
 }
 
 impl<A: Real> NsPlan<A> {
@@ -240,7 +247,18 @@ impl<A: Real> NsPlan<A> {
             block: SYM_BLOCK,
             tiles: symmetric_tiles(m, SYM_BLOCK),
             pool: Pool::new(default_threads(m, n)),
+            kernel: GemmKernel::Widest,
         }
+    }
+
+    /// Issue the products to `kernel` (default [`GemmKernel::Widest`]: the iteration's bits
+    /// need not be dfdx's, and on an AVX-512 CPU it runs the products at about twice
+    /// [`GemmKernel::Dfdx`]'s rate, allocating and freeing its packed operand panels at every
+    /// call, where 0.15 allocates a few bytes). Each kernel's result is bit-identical for every
+    /// thread count.
+    pub fn with_kernel(mut self, kernel: GemmKernel) -> Self {
+        self.kernel = kernel;
+        self
     }
 
     /// Split the products across `threads` threads (at least 1; the default is the machine's
@@ -320,6 +338,7 @@ impl<A: Real> NsPlan<A> {
             };
             sym_product(
                 &mut self.pool,
+                self.kernel,
                 &self.tiles,
                 gram,
                 &mut self.a,
@@ -339,6 +358,7 @@ impl<A: Real> NsPlan<A> {
             };
             sym_product(
                 &mut self.pool,
+                self.kernel,
                 &self.tiles,
                 square,
                 &mut self.b,
@@ -348,6 +368,7 @@ impl<A: Real> NsPlan<A> {
             // Y = B X; X <- a X + Y on the next pass
             gemm_into_pooled(
                 &mut self.pool,
+                self.kernel,
                 Product {
                     m,
                     n,
@@ -404,6 +425,7 @@ struct Symmetric<'a, A> {
 /// result is exactly symmetric.
 fn sym_product<A: Real>(
     pool: &mut Pool,
+    kernel: GemmKernel,
     tiles: &[Tile],
     p: Symmetric<'_, A>,
     dst: &mut [A],
@@ -412,6 +434,7 @@ fn sym_product<A: Real>(
     let Symmetric { l, rt, m, k } = p;
     gemm_tiles_pooled(
         pool,
+        kernel,
         tiles,
         Product {
             m,
@@ -458,32 +481,41 @@ mod tests {
         for (r, cl) in [(3, 5), (7, 2), (4, 4), (200, 150)] {
             let x = Array::new(vec![r, cl], gauss(r * cl, 7)).unwrap();
             let (want, k) = orthogonalize_composed(&x, &c, 5, 1e-8);
-            let mut plan = NsPlan::new(r, cl).with_sym_block(16);
-            let mut out = vec![0.0; r * cl];
-            assert_eq!(plan.run(x.data(), &c, 5, 1e-8, &mut out), k);
-            for (p, q) in out.iter().zip(want.data()) {
-                assert!((p - q).abs() < 1e-12, "{r}x{cl}: {p} vs {q}");
+            for kernel in [GemmKernel::Dfdx, GemmKernel::Widest] {
+                let mut plan = NsPlan::new(r, cl).with_sym_block(16).with_kernel(kernel);
+                let mut out = vec![0.0; r * cl];
+                assert_eq!(plan.run(x.data(), &c, 5, 1e-8, &mut out), k);
+                for (p, q) in out.iter().zip(want.data()) {
+                    assert!((p - q).abs() < 1e-12, "{kernel:?} {r}x{cl}: {p} vs {q}");
+                }
             }
         }
     }
 
     #[test]
-    fn planned_result_is_bit_identical_for_every_thread_count() {
+    fn planned_result_is_bit_identical_for_every_thread_count_on_either_kernel() {
         let c = coeffs::build(&coeffs::CoeffSpec::default(), 5).unwrap();
         // products of 256^2*300 and 300^2*700 multiply-adds: above GEMM_PARALLEL_MIN, so split
         for (r, cl) in [(256, 300), (700, 300)] {
             let x: Vec<f32> = gauss(r * cl, 3).iter().map(|&v| v as f32).collect();
-            let run = |threads| {
-                let mut plan = NsPlan::<f32>::new(r, cl)
-                    .with_sym_block(128)
-                    .with_threads(threads);
-                let mut out = vec![0.0f32; r * cl];
-                plan.run(&x, &c, 5, 1e-8, &mut out);
-                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-            };
-            let one = run(1);
-            for threads in 2..=4 {
-                assert_eq!(run(threads), one, "{r}x{cl} on {threads} threads");
+            for kernel in [GemmKernel::Dfdx, GemmKernel::Widest] {
+                let run = |threads| {
+                    let mut plan = NsPlan::<f32>::new(r, cl)
+                        .with_sym_block(128)
+                        .with_threads(threads)
+                        .with_kernel(kernel);
+                    let mut out = vec![0.0f32; r * cl];
+                    plan.run(&x, &c, 5, 1e-8, &mut out);
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                };
+                let one = run(1);
+                for threads in 2..=4 {
+                    assert_eq!(
+                        run(threads),
+                        one,
+                        "{kernel:?} {r}x{cl} on {threads} threads"
+                    );
+                }
             }
         }
     }

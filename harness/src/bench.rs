@@ -1135,8 +1135,9 @@ pub fn attach_limits(figures: &mut [Figure]) {
             ),
             "gemm_f64_384x64x64_all_cores_gflops" => {
                 f.limit_source = Some(
-                    "is the limit: f64 gemm_into (the step's own product kernel) on a 384-row \
-                     layer product (a chunk's is 252 rows, run at the same rate), every core at once"
+                    "is the limit: f64, the faster of the step's own product kernel (gemm_into, \
+                     dfdx's bits) and gemm 0.19 (AVX-512 kernels) on a 384-row layer product (a \
+                     chunk's is 252 rows, run at the same rate), every core at once"
                         .into(),
                 )
             }
@@ -1153,8 +1154,9 @@ pub fn attach_limits(figures: &mut [Figure]) {
             ),
             "gemm_f32_384x64x64_all_cores_gflops" => {
                 f.limit_source = Some(
-                    "is the limit: f32 gemm_into (the step's own product kernel) on a 384-row \
-                     layer product (a chunk's is 252 rows, run at the same rate), every core at once"
+                    "is the limit: f32, the faster of the step's own product kernel (gemm_into, \
+                     dfdx's bits) and gemm 0.19 (AVX-512 kernels) on a 384-row layer product (a \
+                     chunk's is 252 rows, run at the same rate), every core at once"
                         .into(),
                 )
             }
@@ -2208,11 +2210,10 @@ fn cnf_train_step_seconds<A: crate::backend::Real>(
 pub const CNF_LIMIT_SAMPLES: usize = 128;
 
 /// The gemm rate in `A` (f32 or f64; GFLOP/s, all threads together) of a CNF layer's
-/// dominant product, a stand-in for a chunk's one at the same rate, `(1 + d) CNF_LIMIT_SAMPLES x width x width` for the field of `cfg`, with every
-/// rayon thread running `reps` products of its own at once, as the chunks of a step do: the best
-/// of 5 rounds after a warm-up round (a limit is the best the machine does in the run; with the
-/// median of 3, one run's rate read 157 GFLOP/s in f32 against 222-224 in the runs beside it,
-/// and the step read 1.01 of its limit).
+/// dominant product, a stand-in for a chunk's one at the same rate, `(1 + d) CNF_LIMIT_SAMPLES x
+/// width x width` for the field of `cfg`: the faster of [`cnf_chunk_gemm_gflops_on`]'s two
+/// kernels (the step's own, with dfdx's bits, and `gemm` 0.19 with AVX-512 kernels, which the
+/// step cannot use but the machine has).
 ///
 /// ```
 /// use harness::bench::cnf_chunk_gemm_gflops;
@@ -2224,7 +2225,30 @@ pub fn cnf_chunk_gemm_gflops<A: crate::backend::Real>(
     cfg: &crate::cnf::CnfConfig,
     reps: usize,
 ) -> f64 {
-    use crate::backend::{gemm_into, Dest, Operand, Product};
+    [GemmKernel::Dfdx, GemmKernel::Widest]
+        .into_iter()
+        .map(|kernel| cnf_chunk_gemm_gflops_on::<A>(kernel, cfg, reps))
+        .fold(0.0, f64::max)
+}
+
+/// [`cnf_chunk_gemm_gflops`]'s product issued to `kernel` ([`crate::backend::gemm_into_on`]),
+/// with every rayon thread running `reps` products of its own at once, as the chunks of a step
+/// do: the best of 5 rounds after a warm-up round (a limit is the best the machine does in the
+/// run; with the median of 3, one run's rate read 157 GFLOP/s in f32 against 222-224 in the runs
+/// beside it, and the step read 1.01 of its limit).
+///
+/// ```
+/// use harness::backend::GemmKernel;
+/// use harness::bench::cnf_chunk_gemm_gflops_on;
+/// let cfg = harness::cnf::CnfConfig { width: 8, ..Default::default() };
+/// assert!(cnf_chunk_gemm_gflops_on::<f64>(GemmKernel::Widest, &cfg, 1) > 0.0);
+/// ```
+pub fn cnf_chunk_gemm_gflops_on<A: crate::backend::Real>(
+    kernel: GemmKernel,
+    cfg: &crate::cnf::CnfConfig,
+    reps: usize,
+) -> f64 {
+    use crate::backend::{gemm_into_on, Dest, Operand, Product};
     let (m, k, n) = (
         (1 + cfg.tangents()) * CNF_LIMIT_SAMPLES,
         cfg.width,
@@ -2253,7 +2277,8 @@ pub fn cnf_chunk_gemm_gflops<A: crate::backend::Real>(
                 lhs: op(&a, k),
                 rhs: op(&b, n),
             };
-            gemm_into(
+            gemm_into_on(
+                kernel,
                 p,
                 Dest {
                     data: &mut c,

@@ -1342,6 +1342,13 @@ pub fn gemm_f32_gflops(n: usize, reps: usize) -> f64 {
 /// parallelism from [`crate::backend::GEMM_PARALLEL_MIN`] multiply-adds) and split by rows
 /// across a [`crate::pool::Pool`] of every core ([`crate::backend::gemm_into_pooled`], as the
 /// Newton–Schulz iteration issues its `B X`).
+///
+/// ```
+/// use harness::backend::GemmKernel;
+/// use harness::bench::{gemm_f32_gflops, gemm_f32_gflops_on};
+/// assert!(gemm_f32_gflops_on(GemmKernel::Widest, 64, 1) > 0.0);
+/// assert!(gemm_f32_gflops(64, 1) > 0.0);
+/// ```
 pub fn gemm_f32_gflops_on(kernel: GemmKernel, n: usize, reps: usize) -> f64 {
     use crate::backend::{gemm_into_on, gemm_into_pooled, Dest, Operand, Product};
     let n = n.max(1);
@@ -2073,10 +2080,10 @@ const CNF_BENCH_BATCH: usize = 500;
 /// the f64 rate of a `384 x 64 x 64` layer product ([`CNF_LIMIT_SAMPLES`]) run on every core at once,
 /// read just before and just after the step and the log-likelihood ([`Bracket`]; the step cuts the batch into chunks of at most
 /// [`crate::cnf::flow::GRAD_CHUNK`] samples, one core each). The product is timed through
-/// [`crate::backend::gemm_into`], the step's own entry point, so the limit's rate is that of the
-/// fastest kernel the step has for it: on AVX-512 CPUs the register-tiled outer products
-/// (58 GFLOP/s a core in f64 on the benchmark machine, against `gemm` 0.15's 37), elsewhere
-/// `gemm`'s. The step's products are counted as the code computes them ([`cnf_product_macs`]).
+/// [`crate::backend::gemm_into`], the step's own entry point (on AVX-512 CPUs the register-tiled
+/// outer products: 58 GFLOP/s a core in f64 on the benchmark machine, against `gemm` 0.15's 37),
+/// and through `gemm` 0.19's AVX-512 kernels, which the step cannot use without changing its
+/// bits; the faster of the two is the limit ([`cnf_chunk_gemm_gflops`]). The step's products are counted as the code computes them ([`cnf_product_macs`]).
 /// The same step trained in f32 (`train_step_w64_d3_b500_f32_ms`) has its own limit:
 /// the same flops at the f32 rate of the same product, read on both sides of that step.
 fn cnf(quick: bool) -> Result<Vec<Figure>> {

@@ -327,13 +327,15 @@ fn stack_fuzz_corpus_and_regressions_replay_clean() {
 /// each call. The law's bound is that of `gemm` 0.15 (a few bytes a call), so it judges the plan
 /// issuing its products to that release (`GemmKernel::Dfdx`): the plan's buffers are the same
 /// whatever the kernel. `gemm` 0.19 (the default kernel) allocates its packed operand panels at
-/// every call, so for it only the weaker half is checked: live bytes return to where they were
-/// and every run makes the same number of allocations. The composed form allocates every
+/// every call, so for it only the weaker half is checked (`planned_ns_allocations_are_steady`):
+/// live bytes return to where they were and every run makes the same number of allocations. The composed form allocates every
 /// intermediate matrix. Shapes: transposed, symmetric block path (small side > 128), and
 /// products split across threads.
 fn muon_planned_newton_schulz_allocates_only_gemm_scratch_after_the_first_call() {
     use harness::backend::{Array, GemmKernel};
-    use harness::laws::muon::planned_ns_allocates_only_gemm_scratch;
+    use harness::laws::muon::{
+        planned_ns_allocates_only_gemm_scratch, planned_ns_allocations_are_steady,
+    };
     use harness::optim::muon::{orthogonalize_composed, NsPlan};
     let _g = harness::probe::exclusive();
     let c = Array::new(vec![3], vec![3.4445, -4.775, 2.0315]).unwrap();
@@ -347,7 +349,7 @@ fn muon_planned_newton_schulz_allocates_only_gemm_scratch_after_the_first_call()
         let mut plan = NsPlan::<f32>::new(r, cl).with_kernel(GemmKernel::Dfdx);
         let w3 = planned_ns_allocates_only_gemm_scratch(&mut plan, &x, 3).unwrap();
         let mut widest = NsPlan::<f32>::new(r, cl);
-        let wide = gemm_panels_only(&mut widest, &x, &c);
+        let wide = planned_ns_allocations_are_steady(&mut widest, &x, 3).unwrap();
         planned.push((plan.threads(), w3, wide));
     }
     // bigger than GEMM_PARALLEL_MIN, so the products really are split, on 1 to 3 threads
@@ -358,7 +360,12 @@ fn muon_planned_newton_schulz_allocates_only_gemm_scratch_after_the_first_call()
             .with_threads(threads)
             .with_kernel(GemmKernel::Dfdx);
         planned_ns_allocates_only_gemm_scratch(&mut plan, &x, 2).unwrap();
-        gemm_panels_only(&mut NsPlan::<f32>::new(r, cl).with_threads(threads), &x, &c);
+        planned_ns_allocations_are_steady(
+            &mut NsPlan::<f32>::new(r, cl).with_threads(threads),
+            &x,
+            2,
+        )
+        .unwrap();
     }
     for ((r, cl), (threads, w3, wide)) in shapes.into_iter().zip(planned) {
         let x: Vec<f32> = (0..r * cl).map(|i| ((i as f32) * 0.37).sin()).collect();
@@ -377,33 +384,6 @@ fn muon_planned_newton_schulz_allocates_only_gemm_scratch_after_the_first_call()
             composed.peak_above_baseline
         );
     }
-}
-
-/// Three runs of `plan` after two warm-up runs: each returns live bytes to where they were and
-/// makes as many allocations as the first (gemm 0.19's packed panels, allocated and freed by
-/// each call); returns the last run's measurement.
-fn gemm_panels_only(
-    plan: &mut harness::optim::muon::NsPlan<f32>,
-    x: &[f32],
-    c: &harness::backend::Array<f64>,
-) -> harness::probe::Measurement {
-    let mut out = vec![0.0f32; x.len()];
-    for _ in 0..2 {
-        plan.run(x, c, 5, 1e-8, &mut out);
-    }
-    let runs: Vec<_> = (0..3)
-        .map(|_| harness::probe::measure(|| plan.run(x, c, 5, 1e-8, &mut out)).1)
-        .collect();
-    for m in &runs {
-        assert_eq!(m.live_delta, 0, "{:?}: {m:?}", plan.shape());
-        assert_eq!(
-            m.allocations,
-            runs[0].allocations,
-            "{:?}: {runs:?}",
-            plan.shape()
-        );
-    }
-    runs[2]
 }
 
 /// The allocation check fails on a plan that allocates its workspace at every call: the peak is

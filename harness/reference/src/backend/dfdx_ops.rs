@@ -271,11 +271,13 @@ impl<A: Real> std::ops::Sub for Ten<A> {
 //
 // Quirks kept here: dfdx 0.13 lowers every CPU matmul to `gemm::gemm(m, n, k, dst, dst_cs,
 // dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, alpha, beta, ..,
-// Parallelism::Rayon(current_num_threads))`; [`gemm_into`] issues exactly that call, so a planned
+// Parallelism::Rayon(current_num_threads))`; [`gemm_into`] issues that call (with
+// `Parallelism::None` below `GEMM_PARALLEL_MIN`, the same bits as `Rayon(1)` in 0.15), so a planned
 // product over the same operands is the dfdx one. gemm-common 0.15.5 allocates, at every call, a
 // `did_pack_lhs` flag vector (`mc/MR` bytes) and, when it packs the right operand, the packed
-// panel; no release of gemm (0.15 to 0.19) takes a caller's workspace, so a planned product
-// allocates those few bytes per call (freed by the call). Its rayon path allocates more
+// panel; no release of gemm (0.15 to 0.19) takes a caller's workspace, so a planned product on
+// 0.15 allocates those few bytes per call (freed by the call), and on 0.19 (`GemmKernel::Widest`)
+// its packed operand panels. Its rayon path allocates more
 // (per-worker flags, rayon's job queue), which is why planned products run single-threaded gemm
 // calls on [`crate::pool::Pool`] instead ([`gemm_into_pooled`]). A transposed operand is a
 // stride swap (`permute`), never a copy.

@@ -122,7 +122,7 @@ unsafe fn gemm_whole<A: Real>(kernel: GemmKernel, p: &Product<'_, A>, dst: *mut 
     } else {
         rayon::current_num_threads()
     };
-    // SAFETY: the caller's
+    // SAFETY: the caller's contract: operands and destination in bounds, not overlapping
     unsafe {
         gemm_raw(
             m,
@@ -147,7 +147,8 @@ unsafe fn gemm_whole<A: Real>(kernel: GemmKernel, p: &Product<'_, A>, dst: *mut 
 /// The two compute the same sums with the same operands, each element to within gemm's usual
 /// rounding, but in different orders and vector widths, so their bits differ: a result that must
 /// equal dfdx's bit for bit uses [`GemmKernel::Dfdx`]. Either one's result is a function of the
-/// shape and the operands only (not of the thread count, for the pooled forms below).
+/// shape and the operands only on a given machine (the kernel and the depth chunks follow the
+/// CPU's features and cache sizes), not of the thread count for the pooled forms below.
 ///
 /// # References
 /// - `gemm` 0.15 and 0.19 (crates.io, sarah-ek/gemm); 0.19's `x86-v4` feature enables its
@@ -179,8 +180,21 @@ pub enum GemmKernel {
 /// shapes through its own kernels with the call's bits); for [`GemmKernel::Widest`] one call of
 /// that release, single-threaded below [`GEMM_PARALLEL_MIN`] multiply-adds.
 ///
-/// Panics as [`gemm_into`] does when an operand's extent falls outside its slice. See
-/// [`GemmKernel`] for an example.
+/// Panics as [`gemm_into`] does when an operand's extent falls outside its slice.
+///
+/// ```
+/// use harness_reference::backend::{gemm_into_on, Dest, GemmKernel, Operand, Product};
+/// // a 3 x 2 product of integers (exact in f64) into rows 1..4 of a buffer with 3 columns
+/// let (a, b) = ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0, 0.0, 1.0, 1.0]);
+/// let mut out = [0.0f64; 12];
+/// let p = Product {
+///     m: 3, n: 2, k: 2,
+///     lhs: Operand { data: &a[..], offset: 0, rs: 2, cs: 1 },
+///     rhs: Operand { data: &b[..], offset: 0, rs: 2, cs: 1 },
+/// };
+/// gemm_into_on(GemmKernel::Widest, p, Dest { data: &mut out, offset: 3, rs: 3 });
+/// assert_eq!(out[3..11], [3.0, 2.0, 0.0, 7.0, 4.0, 0.0, 11.0, 6.0]);
+/// ```
 pub fn gemm_into_on<A: Real>(kernel: GemmKernel, p: Product<'_, A>, dst: Dest<'_, A>) {
     if kernel == GemmKernel::Dfdx {
         return gemm_into(p, dst);
@@ -205,11 +219,14 @@ pub fn gemm_into_on<A: Real>(kernel: GemmKernel, p: Product<'_, A>, dst: Dest<'_
 /// product. [`gemm_into_pooled`] splits rows only of wider products.
 pub const GEMM_SMALL_SIDE: usize = 64;
 
-/// Outputs of at most this many elements may take `gemm` 0.19's small-output path (a kernel of
-/// its own with depth chunks of 1024, for some operand strides: `gemm-common` 0.19 `gemm.rs`),
-/// whose sums are chunked differently from the whole product's: measured, f64 row blocks of one
-/// or two rows of a `130 x 90` product (depth 70, right operand stored transposed) differed from
-/// the same rows of the whole product, blocks of three rows or more did not.
+/// Outputs of at most this many elements take `gemm` 0.19's small-output path when the left
+/// operand's rows and the right operand's columns are contiguous (the right operand stored
+/// transposed): a dot-product kernel of its own that sums each element across vector lanes along
+/// the depth and then reduces the lanes (`gemm-common` 0.19 `gemm.rs`, `horizontal_microkernel.rs`;
+/// in its AVX2 build too), an order other than the general kernels' one accumulator per element.
+/// Measured: f64 row blocks of one or two rows of a `130 x 90` product (depth 70, right operand
+/// stored transposed) differed from the same rows of the whole product, blocks of three rows or
+/// more did not.
 pub const GEMM_TINY_OUTPUT: usize = 16 * 16;
 
 /// The fewest rows a row block of an `n`-column product gets in [`gemm_into_pooled`]: two (a

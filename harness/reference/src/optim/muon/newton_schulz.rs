@@ -256,6 +256,19 @@ impl<A: Real> NsPlan<A> {
     /// [`GemmKernel::Dfdx`]'s rate, allocating and freeing its packed operand panels at every
     /// call, where 0.15 allocates a few bytes). Each kernel's result is bit-identical for every
     /// thread count.
+    ///
+    /// ```
+    /// use harness_reference::backend::GemmKernel;
+    /// use harness_reference::optim::muon::{coeffs::STANDARD, NsPlan};
+    /// let c = harness_reference::backend::Array::new(vec![3], STANDARD.to_vec()).unwrap();
+    /// let x: Vec<f32> = (0..12).map(|i| (i as f32 * 0.7).sin()).collect();
+    /// let (mut dfdx_bits, mut widest) = ([0f32; 12], [0f32; 12]);
+    /// NsPlan::new(3, 4).with_kernel(GemmKernel::Dfdx).run(&x, &c, 5, 1e-8, &mut dfdx_bits);
+    /// NsPlan::new(3, 4).run(&x, &c, 5, 1e-8, &mut widest);
+    /// for (a, b) in dfdx_bits.iter().zip(&widest) {
+    ///     assert!((a - b).abs() < 1e-5); // the same iteration, other roundings
+    /// }
+    /// ```
     pub fn with_kernel(mut self, kernel: GemmKernel) -> Self {
         self.kernel = kernel;
         self

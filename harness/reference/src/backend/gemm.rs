@@ -74,39 +74,7 @@ pub struct Dest<'a, A> {
 /// assert_eq!(out, [0.0, 17.0, 39.0, 0.0]);
 /// ```
 pub fn gemm_into<A: Real>(p: Product<'_, A>, dst: Dest<'_, A>) {
-    let Dest {
-        data: dst,
-        offset: dst_offset,
-        rs: dst_rs,
-    } = dst;
-    if !gemm_checked(&p, dst, dst_offset, dst_rs) {
-        return;
-    }
-    let Product { m, n, k, lhs, rhs } = p;
-    let mut small = SmallProduct {
-        m,
-        n,
-        k,
-        out: RowMajor {
-            data: &mut *dst,
-            offset: dst_offset,
-            rs: dst_rs,
-        },
-        lhs: &lhs,
-        rhs: &rhs,
-    };
-    if small.shallow() || small.narrow() || small.outer() {
-        return;
-    }
-    // SAFETY: `gemm_checked` asserted every touched index in bounds.
-    unsafe {
-        gemm_whole(
-            GemmKernel::Dfdx,
-            &p,
-            dst.as_mut_ptr().add(dst_offset),
-            dst_rs,
-        )
-    }
+    gemm_into_on(GemmKernel::Dfdx, p, dst)
 }
 
 /// One call of `kernel` for the whole product into `dst` (row stride `dst_rs`): on the calling
@@ -196,9 +164,6 @@ pub enum GemmKernel {
 /// assert_eq!(out[3..11], [3.0, 2.0, 0.0, 7.0, 4.0, 0.0, 11.0, 6.0]);
 /// ```
 pub fn gemm_into_on<A: Real>(kernel: GemmKernel, p: Product<'_, A>, dst: Dest<'_, A>) {
-    if kernel == GemmKernel::Dfdx {
-        return gemm_into(p, dst);
-    }
     let Dest {
         data: dst,
         offset: dst_offset,
@@ -207,7 +172,27 @@ pub fn gemm_into_on<A: Real>(kernel: GemmKernel, p: Product<'_, A>, dst: Dest<'_
     if !gemm_checked(&p, dst, dst_offset, dst_rs) {
         return;
     }
-    // SAFETY: `gemm_checked` asserted every touched index in bounds.
+    if kernel == GemmKernel::Dfdx {
+        // small shapes through kernels of our own with the bits of dfdx's call
+        let Product { m, n, k, lhs, rhs } = p;
+        let mut small = SmallProduct {
+            m,
+            n,
+            k,
+            out: RowMajor {
+                data: &mut *dst,
+                offset: dst_offset,
+                rs: dst_rs,
+            },
+            lhs: &lhs,
+            rhs: &rhs,
+        };
+        if small.shallow() || small.narrow() || small.outer() {
+            return;
+        }
+    }
+    // SAFETY: `gemm_checked` asserted every touched index in bounds; `dst` is borrowed mutably,
+    // the operands immutably, so they do not alias.
     unsafe { gemm_whole(kernel, &p, dst.as_mut_ptr().add(dst_offset), dst_rs) }
 }
 

@@ -406,6 +406,64 @@ fn muon_allocation_check_fails_on_a_fresh_workspace_per_call() {
     assert!(peak >= workspace, "{e}");
 }
 
+/// The steady-allocation check (the one the gemm 0.19 plan gets) fails on a plan that keeps a
+/// buffer from every run (live bytes grow) and on one that allocates once more each run.
+fn muon_steady_allocation_check_fails_on_a_leak_and_on_a_growing_allocation_count() {
+    use harness::backend::Array;
+    use harness::laws::muon::{planned_ns_allocations_are_steady, NsRunner};
+    use harness::optim::muon::NsPlan;
+    /// The reference plan, plus a planted bug after each run.
+    struct Planted {
+        plan: NsPlan<f32>,
+        /// Keep a 4 KiB buffer per run (a leak), else allocate and free `runs` small boxes.
+        leak: bool,
+        kept: Vec<Vec<u8>>,
+        runs: usize,
+    }
+    impl NsRunner for Planted {
+        fn shape(&self) -> (usize, usize) {
+            self.plan.shape()
+        }
+        fn threads(&self) -> usize {
+            self.plan.threads()
+        }
+        fn run(&mut self, x: &[f32], c: &Array<f64>, k: usize, eps: f32, out: &mut [f32]) -> usize {
+            let iters = self.plan.run(x, c, k, eps, out);
+            self.runs += 1;
+            if self.leak {
+                self.kept.push(vec![1u8; 4096]);
+            } else {
+                for i in 0..self.runs {
+                    std::hint::black_box(Box::new(i));
+                }
+            }
+            iters
+        }
+    }
+    let _g = harness::probe::exclusive();
+    let (r, cl) = (64, 200);
+    let x: Vec<f32> = (0..r * cl).map(|i| ((i as f32) * 0.37).sin()).collect();
+    for leak in [true, false] {
+        let mut plan = Planted {
+            plan: NsPlan::new(r, cl),
+            leak,
+            kept: Vec::with_capacity(16),
+            runs: 0,
+        };
+        let e = planned_ns_allocations_are_steady(&mut plan, &x, 3).unwrap_err();
+        let want = if leak {
+            "live bytes +4096"
+        } else {
+            "allocations, the first run"
+        };
+        assert!(e.contains(want), "{e}");
+        assert!(
+            e.contains("planned run 1") || e.contains("planned run 2"),
+            "{e}"
+        );
+    }
+}
+
 fn ode_checkpointed_gradient_memory_stays_within_its_bound() {
     let law = laws::find("ode_grad_checkpoint_memory_bound").unwrap();
     let r = laws::run(&law, RunConfig::new(None, None).unwrap());
@@ -546,7 +604,7 @@ fn ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound() {
 }
 
 fn main() {
-    let tests: [(&str, fn()); 23] = [
+    let tests: [(&str, fn()); 24] = [
         (
             "stack_scan_memory_law_catches_a_scan_that_keeps_every_activation",
             stack_scan_memory_law_catches_a_scan_that_keeps_every_activation,
@@ -574,6 +632,10 @@ fn main() {
         (
             "muon_allocation_check_fails_on_a_fresh_workspace_per_call",
             muon_allocation_check_fails_on_a_fresh_workspace_per_call,
+        ),
+        (
+            "muon_steady_allocation_check_fails_on_a_leak_and_on_a_growing_allocation_count",
+            muon_steady_allocation_check_fails_on_a_leak_and_on_a_growing_allocation_count,
         ),
         (
             "radam_steps_trace_once_and_memory_stays_flat",

@@ -164,14 +164,9 @@ pub enum GemmKernel {
 /// assert_eq!(out[3..11], [3.0, 2.0, 0.0, 7.0, 4.0, 0.0, 11.0, 6.0]);
 /// ```
 pub fn gemm_into_on<A: Real>(kernel: GemmKernel, p: Product<'_, A>, dst: Dest<'_, A>) {
-    let Dest {
-        data: dst,
-        offset: dst_offset,
-        rs: dst_rs,
-    } = dst;
-    if !gemm_checked(&p, dst, dst_offset, dst_rs) {
+    let Some((dst, dst_offset, dst_rs)) = checked_dest(&p, dst) else {
         return;
-    }
+    };
     if kernel == GemmKernel::Dfdx {
         // small shapes through kernels of our own with the bits of dfdx's call
         let Product { m, n, k, lhs, rhs } = p;
@@ -241,14 +236,9 @@ pub fn gemm_into_pooled<A: Real>(
     p: Product<'_, A>,
     dst: Dest<'_, A>,
 ) {
-    let Dest {
-        data: dst,
-        offset: dst_offset,
-        rs: dst_rs,
-    } = dst;
-    if !gemm_checked(&p, dst, dst_offset, dst_rs) {
+    let Some((dst, dst_offset, dst_rs)) = checked_dest(&p, dst) else {
         return;
-    }
+    };
     let Product { m, n, k, lhs, rhs } = p;
     let parts = pool.threads();
     let split = parts > 1
@@ -381,6 +371,16 @@ pub(crate) fn gemm_tiles_pooled<A: Real>(
     } else {
         pool.run(&part);
     }
+}
+
+/// [`gemm_checked`] on a [`Dest`]: its slice, offset and row stride when there is a product
+/// left to compute, `None` when there is not (the output empty, or zero-filled for `k = 0`).
+fn checked_dest<'d, A: Real>(
+    p: &Product<'_, A>,
+    dst: Dest<'d, A>,
+) -> Option<(&'d mut [A], usize, usize)> {
+    let Dest { data, offset, rs } = dst;
+    gemm_checked(p, data, offset, rs).then_some((data, offset, rs))
 }
 
 /// Bounds checks shared by the GEMM entry points; `false` when nothing is left to compute

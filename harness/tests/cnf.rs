@@ -61,6 +61,22 @@ fn linear_law_catches_each_flow_mutation() {
 }
 
 #[test]
+fn linear_and_round_trip_laws_fail_a_log_likelihood_with_no_values() {
+    let c = two_block_linear();
+    let nothing = |_: &CnfParams<f64>, _: &[f64]| Ok(Vec::new());
+    let err = linear_closed_form_with(&c, nothing).unwrap_err();
+    assert_eq!(err, "log p per sample: 0 values, want 2");
+    use proptest::strategy::{Strategy, ValueTree};
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let mc = model_case(3)
+        .new_tree(&mut runner)
+        .expect("a model case")
+        .current();
+    let err = sample_then_evaluate_with(&mc, reference_sample, nothing).unwrap_err();
+    assert!(err.starts_with("log p evaluated: 0 values, want "), "{err}");
+}
+
+#[test]
 fn linear_trace_term_alone_is_minus_t_times_trace() {
     // f(z) = A z with A = 0.5 * diag(1, -3) (b2 = 0): log p(x) - log N(y(t0)) = -T tr(A) = 0.5.
     let c = LinearCase {

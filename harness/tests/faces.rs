@@ -181,6 +181,24 @@ fn fused_and_composed_adam_radam_law_catches_a_mistyped_decay_in_the_fast_form()
 }
 
 #[test]
+fn fused_and_composed_adam_radam_law_fails_a_fast_form_that_rejects_what_the_composed_one_runs() {
+    // the fused form built with b1 = 1 (outside [0, 1)): its constructor refuses every case
+    let c = caught("fused_matches_composed_bitwise", opt_case(8), |c| {
+        fused_matches_composed_with(c, |h| RadamHyper {
+            moments: AdamHyper {
+                b1: 1.0,
+                ..h.moments
+            },
+            ..h
+        })
+    });
+    assert!(
+        c.contains("the fused constructor rejects what the composed form runs"),
+        "{c}"
+    );
+}
+
+#[test]
 fn planned_and_composed_newton_schulz_law_catches_a_dropped_iteration() {
     let c = caught("muon_planned_matches_composed", mat_case(40), |c| {
         planned_matches_composed_with(c, &OneIterationShort)

@@ -25,6 +25,29 @@ fn forms_law_catches_a_branch_form_rectifying_late() {
 }
 
 #[test]
+fn forms_law_catches_a_branch_form_whose_constructor_rejects_what_the_where_form_accepts() {
+    use harness::laws::radam::where_matches_branch_with;
+    use harness::laws::strategies::opt_case;
+    use harness::optim::{self, RadamHyper, Selection};
+    // the Branch form refuses every threshold below 1e9: a one-sided rejection, not a skip
+    let refusing = |lr: f64, h: RadamHyper| {
+        if h.threshold < 1e9 {
+            Err(harness::reference::Error::InvalidHyper {
+                name: "threshold",
+                value: h.threshold.to_string(),
+                expected: "at least 1e9 (planted)".into(),
+            })
+        } else {
+            optim::radam(lr, h, Selection::Branch)
+        }
+    };
+    let c = planted_bug_caught("radam_where_matches_branch_bitwise", opt_case(12), |c| {
+        where_matches_branch_with(c, &refusing)
+    });
+    assert!(c.contains("constructors disagree"), "{c}");
+}
+
+#[test]
 fn schedule_law_catches_a_scaling_rectifying_late() {
     use harness::laws::radam::follows_schedule_with;
     use harness::laws::strategies::opt_case;

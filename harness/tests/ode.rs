@@ -544,3 +544,90 @@ mod hand_written_vjp {
         }
     }
 }
+
+/// A solve subject that answers without taking (or reporting) the steps it claims: `Silent`
+/// solves correctly and never calls the observer; `OutOfBudgetAtOnce` says it ran out of its
+/// step budget before taking a step.
+enum NoStepsReported {
+    Silent,
+    OutOfBudgetAtOnce,
+}
+
+impl laws::ode::SolveSubject for NoStepsReported {
+    fn solve<A: harness::backend::Real>(
+        &self,
+        field: &dyn harness::ode::VectorField<A>,
+        integration: &Integration<'_, A>,
+        y0: &[A],
+        _observer: &mut dyn FnMut(&StepEvent<A>),
+    ) -> harness::reference::Result<Solution<A>> {
+        match self {
+            NoStepsReported::Silent => solve(field, integration, y0),
+            NoStepsReported::OutOfBudgetAtOnce => {
+                Err(harness::reference::Error::MaxStepsExceeded {
+                    max_steps: integration.options.max_steps,
+                    t: harness::backend::Float::as_f64(integration.t0),
+                    t_end: harness::backend::Float::as_f64(integration.t1),
+                })
+            }
+        }
+    }
+}
+
+#[test]
+fn step_control_and_round_trip_fail_a_subject_that_reports_no_steps_or_runs_out_at_once() {
+    let c = planted_bug_caught("ode_step_control", laws::ode::pid_case(), |c| {
+        laws::ode::step_control_with(c, &NoStepsReported::Silent)
+    });
+    assert!(c.contains("reporting no step"), "{c}");
+    let c = planted_bug_caught("ode_step_control", laws::ode::pid_case(), |c| {
+        laws::ode::step_control_with(c, &NoStepsReported::OutOfBudgetAtOnce)
+    });
+    assert!(
+        c.contains("out of its budget of 4096 steps after reporting 0"),
+        "{c}"
+    );
+    let c = planted_bug_caught(
+        "ode_round_trip_and_reproducible",
+        laws::ode::pid_case(),
+        |c| laws::ode::round_trip_with(c, &NoStepsReported::OutOfBudgetAtOnce),
+    );
+    assert!(
+        c.contains("out of its budget of 4096 steps after reporting 0"),
+        "{c}"
+    );
+}
+
+/// A gradient subject that always says it ran out of its step budget.
+struct GradientOutOfBudget;
+
+impl laws::ode::GradientSubject for GradientOutOfBudget {
+    fn gradient(
+        &self,
+        _field: &dyn harness::ode::grad::DiffField,
+        p: &laws::ode::GradProblem<'_>,
+        _mode: harness::ode::grad::GradMode,
+    ) -> harness::reference::Result<harness::ode::grad::Gradient> {
+        Err(harness::reference::Error::MaxStepsExceeded {
+            max_steps: p.integration.options.max_steps,
+            t: p.integration.t0,
+            t_end: p.integration.t1,
+        })
+    }
+}
+
+#[test]
+fn gradient_laws_fail_a_subject_out_of_budget_where_the_reference_finishes() {
+    let c = lv_case(None);
+    for r in [
+        laws::ode::grad_matches_fd_with(&c, &GradientOutOfBudget),
+        laws::ode::grad_backward_matches_fd_with(&c, &GradientOutOfBudget),
+        laws::ode::checkpointed_equals_full_with(&c, &GradientOutOfBudget),
+    ] {
+        let e = r.expect_err("running out where the reference finishes is a failure");
+        assert!(
+            e.contains("max_steps = 4096") && e.contains("reference finishes"),
+            "{e}"
+        );
+    }
+}

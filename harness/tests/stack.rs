@@ -63,6 +63,33 @@ fn scan_law_catches_a_scan_that_walks_the_layers_back_to_front() {
     println!("{c}");
 }
 
+/// A scan that returns no rows.
+struct ScanOfNothing;
+
+impl harness::laws::stack::ScanSubject for ScanOfNothing {
+    fn scan<E: Float>(
+        &self,
+        stack: &harness::stack::Stacked<E>,
+        _x: &harness::backend::Array<E>,
+    ) -> harness::reference::Result<harness::backend::Array<E>> {
+        harness::backend::Array::new(vec![0, stack.config().width()], Vec::new())
+    }
+}
+
+#[test]
+fn scan_law_fails_a_scan_that_returns_no_rows() {
+    use harness::laws::stack::{scan_equals_unrolled_with, stack_case};
+    let c = planted_bug_caught(
+        "stack_scan_equals_unrolled",
+        (stack_case(6, 24, 48), 1..=3usize),
+        |(c, b)| scan_equals_unrolled_with(c, *b, &ScanOfNothing),
+    );
+    assert!(
+        c.contains("scan shape [0,") && c.contains("unrolled ["),
+        "{c}"
+    );
+}
+
 #[test]
 fn scan_equals_unrolled_loop_bitwise() {
     assert_law_holds("stack_scan_equals_unrolled");

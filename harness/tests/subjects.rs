@@ -572,6 +572,10 @@ enum SolverBug {
     OverrunsBudget,
     /// Takes one step more than its budget (a `>` where `>=` belongs).
     OneStepOverBudget,
+    /// Answers with an empty final state (an adapter that forgot to copy it out).
+    EmptyAnswer,
+    /// Answers with a final state of NaN.
+    NanAnswer,
 }
 
 impl OdeSolver for PlantedSolver {
@@ -627,6 +631,14 @@ impl OdeSolver for PlantedSolver {
                 r.max_steps += 1;
                 reference.solve(&r)
             }
+            SolverBug::EmptyAnswer => reference.solve(r).map(|mut s| {
+                s.y_final.clear();
+                s
+            }),
+            SolverBug::NanAnswer => reference.solve(r).map(|mut s| {
+                s.y_final.fill(f64::NAN);
+                s
+            }),
             _ => reference.solve(r),
         }
     }
@@ -708,6 +720,47 @@ fn each_ode_law_fails_on_its_planted_bug_with_a_small_counterexample() {
         let c = counterexample(&r, law);
         assert!(c.contains(needle), "{law}: {c}");
         println!("{law} on {bug:?}:\n{c}\n");
+    }
+}
+
+#[test]
+fn an_answer_of_the_wrong_length_or_of_nan_fails_every_law_that_reads_it() {
+    let _serial = serial();
+    let run = |bug| {
+        let solver = Arc::new(PlantedSolver {
+            method: Solver::Tsit5,
+            bug,
+            calls: Default::default(),
+        });
+        ode_suite::check(solver, &ode_opts())
+    };
+    // every law but the bad-input one reads the final state, and refuses one of 0 values
+    let empty = run(SolverBug::EmptyAnswer);
+    for law in [
+        "ode_convergence_order",
+        "ode_tolerance_proportionality",
+        "ode_round_trip",
+        "ode_reproducible",
+        "ode_step_budget_honoured",
+    ] {
+        assert!(failed(&empty).contains(&law), "{law}:\n{}", empty.summary());
+        let c = counterexample(&empty, law);
+        assert!(
+            c.contains("final state of 0 values for a state of 2"),
+            "{law}: {c}"
+        );
+    }
+    // the laws that measure an error against a closed form find a NaN one (a bitwise-
+    // reproducible NaN is still reproducible; the round trip's backward solve refuses a NaN `y0`)
+    let nan = run(SolverBug::NanAnswer);
+    for (law, needle) in [
+        ("ode_convergence_order", "measured order NaN"),
+        ("ode_tolerance_proportionality", "error NaN"),
+        ("ode_round_trip", "y0: [NaN, NaN]"),
+    ] {
+        assert!(failed(&nan).contains(&law), "{law}:\n{}", nan.summary());
+        let c = counterexample(&nan, law);
+        assert!(c.contains(needle), "{law}: {c}");
     }
 }
 

@@ -181,7 +181,8 @@ pub fn linear_closed_form_with(c: &LinearCase, ll: Ll) -> Result<(), String> {
         m = matmul(&e, &m, d);
     }
     let tol = tolerance::CNF_LINEAR;
-    for (i, (xi, gi)) in c.x.chunks(d).zip(&got).enumerate() {
+    let points: Vec<&[f64]> = c.x.chunks(d).collect();
+    for (i, (gi, xi)) in super::paired("log p per sample", &got, &points)?.enumerate() {
         let z = solve_linear(&m, xi, d);
         let want = flow::log_normal(&z) - c.t1 * trace;
         if !tol.close(*gi, want) {
@@ -269,7 +270,7 @@ pub fn sample_then_evaluate_with(c: &ModelCase, sample: Sampler, ll: Ll) -> Resu
     let (x, lp_fwd) = sample(&p, &c.x).map_err(|e| e.to_string())?;
     let lp_bwd = ll(&p, &x).map_err(|e| e.to_string())?;
     let tol = tolerance::CNF_ROUND_TRIP;
-    for (i, (a, b)) in lp_fwd.iter().zip(&lp_bwd).enumerate() {
+    for (i, (a, b)) in super::paired("log p evaluated", &lp_bwd, &lp_fwd)?.enumerate() {
         if !tol.close(*b, *a) {
             return Err(format!(
                 "sample {i}: log p at sampling {a:.12e}, evaluated {b:.12e} (diff {:.2e})",
@@ -371,7 +372,7 @@ pub fn exact_trace_matches_fd_with(c: &ModelCase, trace: TraceFn) -> Result<(), 
     for t in [p.cfg.t0, 0.5 * (p.cfg.t0 + p.cfg.t1), p.cfg.t1] {
         let got = trace(&p, t, &c.x);
         let want = fd_trace(&p, t, &c.x);
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        for (i, (g, w)) in super::paired("trace", &got, &want)?.enumerate() {
             if !tolerance::GRAD_FD.close(*g, *w) {
                 return Err(format!(
                     "point {i} at t = {t}: trace {g:.12e}, finite differences {w:.12e}"
@@ -570,9 +571,11 @@ fn loss_grad_close<A: Real>(
     if !tol.close(loss, want.loss) {
         return Err(format!("loss {loss:.15e}, {wname} {:.15e}", want.loss));
     }
-    for (b, (g, w)) in got.grads.iter().zip(&want.grads).enumerate() {
+    for (b, (g, w)) in
+        super::paired(&format!("{gname} gradient blocks"), &got.grads, &want.grads)?.enumerate()
+    {
         let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        for (i, (gi, &wi)) in g.iter().zip(w).enumerate() {
+        for (i, (gi, &wi)) in super::paired(&format!("{gname} block {b}"), g, w)?.enumerate() {
             let gi = gi.as_f64();
             if (gi - wi).abs() > tol.atol + tol.rtol * scale.max(wi.abs()) {
                 return Err(format!(

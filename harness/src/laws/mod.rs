@@ -47,6 +47,43 @@ pub(crate) fn unsupported_dtype(dtype: crate::backend::DType) -> Result<(), Stri
     ))
 }
 
+/// `got` and `want` element by element, or an error naming `what` when their lengths differ: a
+/// subject that answers with too few values (or none) must fail a comparison, not pass it by
+/// leaving nothing to compare.
+///
+/// ```
+/// use harness::laws::paired;
+/// let pairs: Vec<_> = paired("y", &[1.0, 2.0], &[1.0, 2.5]).unwrap().collect();
+/// assert_eq!(pairs.len(), 2);
+/// let short = paired("y", &[] as &[f64], &[1.0]).err().unwrap();
+/// assert_eq!(short, "y: 0 values, want 1");
+/// ```
+pub fn paired<'a, A, B>(
+    what: &str,
+    got: &'a [A],
+    want: &'a [B],
+) -> Result<std::iter::Zip<std::slice::Iter<'a, A>, std::slice::Iter<'a, B>>, String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} values, want {}", got.len(), want.len()));
+    }
+    Ok(got.iter().zip(want))
+}
+
+/// The largest `|got_i - want_i|`, NaN when any difference is NaN (where `f64::max` would drop
+/// it and report a NaN answer as exact), or an error naming `what` when the lengths differ.
+///
+/// ```
+/// use harness::laws::max_abs_difference;
+/// assert_eq!(max_abs_difference("y", &[1.0, 2.0], &[1.5, 2.0]), Ok(0.5));
+/// assert!(max_abs_difference("y", &[f64::NAN, 2.0], &[1.0, 2.0]).unwrap().is_nan());
+/// assert!(max_abs_difference("y", &[], &[1.0]).is_err());
+/// ```
+pub fn max_abs_difference(what: &str, got: &[f64], want: &[f64]) -> Result<f64, String> {
+    Ok(paired(what, got, want)?
+        .map(|(g, w)| (g - w).abs())
+        .fold(0.0, |m: f64, d| if d.is_nan() { d } else { m.max(d) }))
+}
+
 /// The first element whose bits differ between `got` and `want`, any NaN equal to any NaN:
 /// IEEE 754 leaves the sign and payload of a NaN result unspecified when both operands are NaN
 /// (x86 keeps the first operand's), so `a * b` and `b * a` may differ there and only there.

@@ -249,15 +249,28 @@ pub fn step_control_with<S: SolveSubject>(c: &PidCase, subject: &S) -> Result<()
         .filter(|s| s.tableau().b_err().is_some())
     {
         let mut events: Vec<StepEvent<f64>> = Vec::new();
+        let tab = solver.tableau();
+        let ctl = Controller::Pid(p);
+        let integration = Integration::new(&tab, &ctl, t0, t1);
+        let budget = integration.options.max_steps;
         // Running out of `max_steps` is not a control-law violation (some PI settings crawl on
-        // low-order methods); the invariants are still checked on every step taken.
-        let finished = match subject.solve(
-            &field,
-            &Integration::new(&solver.tableau(), &Controller::Pid(p), t0, t1),
-            &c.problem.y0,
-            &mut |e| events.push(*e),
-        ) {
+        // low-order methods); the invariants are still checked on every step taken, and a
+        // subject that says so must have reported the whole budget of attempted steps.
+        let finished = match subject.solve(&field, &integration, &c.problem.y0, &mut |e| {
+            events.push(*e)
+        }) {
+            Ok(_) if events.is_empty() => {
+                return Err(format!(
+                    "{solver}: solved from {t0} to {t1} reporting no step"
+                ))
+            }
             Ok(_) => true,
+            Err(crate::reference::Error::MaxStepsExceeded { .. }) if events.len() != budget => {
+                return Err(format!(
+                    "{solver}: out of its budget of {budget} steps after reporting {}",
+                    events.len()
+                ))
+            }
             Err(crate::reference::Error::MaxStepsExceeded { .. }) => false,
             Err(e) => return Err(format!("{solver}: {e}")),
         };
@@ -280,12 +293,8 @@ pub fn check_round_trip(
 ) -> Result<(), String> {
     let ymax = y0.iter().map(|x| x.abs()).fold(0.0, f64::max);
     let bound = 1e3 * (p.rtol * ymax + p.atol) * steps as f64;
-    let dist = y0
-        .iter()
-        .zip(back)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
-    if dist > bound {
+    let dist = super::max_abs_difference(&format!("{solver}: round trip"), back, y0)?;
+    if dist.is_nan() || dist > bound {
         return Err(format!(
             "{solver}: round trip missed y0 by {dist:e} > bound {bound:e}"
         ));
@@ -311,8 +320,19 @@ pub fn round_trip_with<S: SolveSubject>(c: &PidCase, subject: &S) -> Result<(), 
         save_steps: false,
         ..Default::default()
     };
+    // a solve that runs out of its budget is skipped (out of budget, not a miss) only when the
+    // subject reported that many attempted steps
     let run = |integration: &Integration<'_, f64>, y0: &[f64]| {
-        subject.solve(&field, integration, y0, &mut |_| {})
+        let mut attempted = 0;
+        let budget = integration.options.max_steps;
+        match subject.solve(&field, integration, y0, &mut |_| attempted += 1) {
+            Err(crate::reference::Error::MaxStepsExceeded { .. }) if attempted != budget => {
+                Err(crate::reference::Error::External(format!(
+                    "out of its budget of {budget} steps after reporting {attempted}"
+                )))
+            }
+            r => r,
+        }
     };
     for solver in Solver::ALL
         .into_iter()
@@ -581,6 +601,16 @@ impl GradCase {
         mode: GradMode,
         subject: &dyn GradientSubject,
     ) -> Result<Gradient, String> {
+        self.gradient_typed(mode, subject)?
+            .map_err(|e| format!("{}: {e}", self.solver()))
+    }
+    /// [`GradCase::gradient`] with the subject's error as it gave it (outer `Err`: the case
+    /// itself could not be set up).
+    fn gradient_typed(
+        &self,
+        mode: GradMode,
+        subject: &dyn GradientSubject,
+    ) -> Result<crate::reference::Result<Gradient>, String> {
         let f = self.field()?;
         let tab = self.solver().tableau();
         let ctl = self.controller()?;
@@ -591,9 +621,27 @@ impl GradCase {
             y0,
             w,
         };
-        subject
-            .gradient(&*f, &problem, mode)
-            .map_err(|e| format!("{}: {e}", self.solver()))
+        Ok(subject.gradient(&*f, &problem, mode))
+    }
+    /// The full-tape gradient of `subject`, or `None` when it runs out of its step budget
+    /// ([`crate::reference::Error::MaxStepsExceeded`]) and so does the reference, which takes
+    /// the same steps (same method, controller and budget): out of budget, not a miss. Running
+    /// out where the reference finishes is a failure.
+    pub fn full_tape(&self, subject: &dyn GradientSubject) -> Result<Option<Gradient>, String> {
+        use crate::reference::Error::MaxStepsExceeded;
+        match self.gradient_typed(GradMode::FullTape, subject)? {
+            Ok(g) => Ok(Some(g)),
+            Err(e @ MaxStepsExceeded { .. }) => {
+                match self.gradient_typed(GradMode::FullTape, &ReferenceGradient)? {
+                    Err(MaxStepsExceeded { .. }) => Ok(None),
+                    _ => Err(format!(
+                        "{}: {e}, where the reference finishes within the budget",
+                        self.solver()
+                    )),
+                }
+            }
+            Err(e) => Err(format!("{}: {e}", self.solver())),
+        }
     }
     /// Compare `g` with central finite differences of `<w, y(t_n)>` along `g.ts`; the largest
     /// error `|g - fd|` over all components is returned when every one is within
@@ -687,9 +735,8 @@ pub fn grad_matches_fd(c: &GradCase) -> Result<(), String> {
 
 /// [`grad_matches_fd`] on `subject`.
 pub fn grad_matches_fd_with(c: &GradCase, subject: &dyn GradientSubject) -> Result<(), String> {
-    let g = match c.gradient(GradMode::FullTape, subject) {
-        Err(e) if e.contains("max_steps") => return Ok(()), // out of budget, not a miss
-        r => r?,
+    let Some(g) = c.full_tape(subject)? else {
+        return Ok(()); // out of budget, not a miss
     };
     c.compare_with_fd(&g).map(|_| ())
 }
@@ -705,9 +752,8 @@ pub fn grad_backward_matches_fd_with(
         backward: true,
         ..*c
     };
-    let g = match backward.gradient(GradMode::FullTape, subject) {
-        Err(e) if e.contains("max_steps") => return Ok(()), // out of budget, not a miss
-        r => r?,
+    let Some(g) = backward.full_tape(subject)? else {
+        return Ok(()); // out of budget, not a miss
     };
     if g.ts.windows(2).any(|t| t[1] >= t[0]) {
         return Err(format!(
@@ -756,9 +802,8 @@ pub fn checkpointed_equals_full_with(
     c: &GradCase,
     subject: &dyn GradientSubject,
 ) -> Result<(), String> {
-    let full = match c.gradient(GradMode::FullTape, subject) {
-        Err(e) if e.contains("max_steps") => return Ok(()),
-        r => r?,
+    let Some(full) = c.full_tape(subject)? else {
+        return Ok(()); // out of budget, not a miss
     };
     let n = full.ts.len() - 1;
     let budgets = (1..=n).map(Some).chain(std::iter::once(None));
@@ -1088,7 +1133,9 @@ fn step_faces_agree_e<A: Real, S: StepSubject>(c: &FaceCase, subject: &S) -> Res
                 ))
             }
         }
-        for (i, (g, w)) in got.ks.iter().zip(&want.ks).enumerate() {
+        for (i, (g, w)) in
+            super::paired(&at("stages", String::new()), &got.ks, &want.ks)?.enumerate()
+        {
             if let Some(d) = first_bit_difference(g, w) {
                 return Err(at(&format!("k_{i}"), d));
             }
@@ -1150,10 +1197,13 @@ fn solve_faces_agree_e<A: Real, S: SolveSubject>(c: &FaceCase, subject: &S) -> R
     if let Some(d) = first_bit_difference(&fast.ts, &dfdx.ts) {
         return Err(format!("{solver}: ts{d}"));
     }
-    for (i, (f, d)) in fast.ys.iter().zip(&dfdx.ys).enumerate() {
+    for (i, (f, d)) in super::paired(&format!("{solver}: ys"), &fast.ys, &dfdx.ys)?.enumerate() {
         if let Some(d) = first_bit_difference(f, d) {
             return Err(format!("{solver}: ys[{i}]{d}"));
         }
+    }
+    if let Some(d) = first_bit_difference(&fast.y_final, &dfdx.y_final) {
+        return Err(format!("{solver}: y_final{d}"));
     }
     Ok(())
 }

@@ -49,8 +49,17 @@ fn where_matches_branch_e<E: Float>(case: &OptCase, branch: &RadamForm) -> Resul
         optim::radam(case.learning_rate, case.hyper, Selection::Where),
         branch(case.learning_rate, case.hyper),
     ];
-    let [Ok(w), Ok(b)] = forms else {
-        return Ok(()); // invalid hyperparameters: rejected by both constructors, nothing to compare
+    let (w, b) = match forms {
+        [Ok(w), Ok(b)] => (w, b),
+        // invalid hyperparameters: rejected by both constructors, nothing to compare
+        [Err(_), Err(_)] => return Ok(()),
+        [w, b] => {
+            return Err(format!(
+                "constructors disagree: Where {:?}, Branch {:?}",
+                w.err(),
+                b.err()
+            ))
+        }
     };
     let params = leaf::<E>(&case.params);
     let (mut sw, mut sb) = match (w.init(&params), b.init(&params)) {
@@ -373,35 +382,53 @@ fn fused_matches_composed_e<E: Float>(
     let p0 = leaf::<E>(&case.params);
     let lr = case.learning_rate;
     let fh = fused_hyper(case.hyper);
-    // Constructors validate ranges; the fused constructor also validates for the dtype, so it may
-    // reject what the composed constructor accepts (the composed init then rejects it too).
-    if let (Ok(c), Ok(f)) = (
+    compare_fused(
+        "adam",
+        case,
         optim::adam(lr, case.hyper.moments),
         FusedMoments::adam(lr, fh.moments, &p0),
-    ) {
-        compare_fused("adam", case, c, f)?;
-    }
+    )?;
     for s in [Selection::Where, Selection::Branch] {
-        if let (Ok(c), Ok(f)) = (
+        compare_fused(
+            &format!("radam {s:?}"),
+            case,
             optim::radam(lr, case.hyper, s),
             FusedMoments::radam(lr, fh, s, &p0),
-        ) {
-            compare_fused(&format!("radam {s:?}"), case, c, f)?;
-        }
+        )?;
     }
     Ok(())
 }
 
+/// The fused and composed forms step for step, bit for bit; or both reject the case. Constructors
+/// validate ranges and the fused one also validates for the dtype, so it may reject what the
+/// composed constructor accepts, and then the composed `init` must reject it too.
 fn compare_fused<E: Float, T>(
     name: &str,
     case: &OptCase,
-    composed: T,
-    mut fused: FusedMoments<E>,
+    composed: Result<T>,
+    fused: Result<FusedMoments<E>>,
 ) -> Result<(), String>
 where
     T: Transform<E, State = optim::ChainState<MomentState<E::Acc>, optim::NoState>>,
 {
     let mut pc = leaf::<E>(&case.params);
+    let (composed, mut fused) = match (composed, fused) {
+        (Ok(c), Ok(f)) => (c, f),
+        (Err(_), Err(_)) => return Ok(()),
+        (Ok(c), Err(e)) => {
+            return match c.init(&pc) {
+                Err(_) => Ok(()),
+                Ok(_) => Err(format!(
+                    "{name}: the fused constructor rejects what the composed form runs: {e}"
+                )),
+            }
+        }
+        (Err(e), Ok(_)) => {
+            return Err(format!(
+                "{name}: the fused constructor accepts what the composed one rejects: {e}"
+            ))
+        }
+    };
     let mut pf = pc.clone();
     let mut state = composed
         .init(&pc)

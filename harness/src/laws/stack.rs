@@ -436,7 +436,14 @@ fn scan_equals_e<E: Float, S: ScanSubject>(
     let x = input::<E>(cfg, batch, seed);
     let a = subject.scan(&stack, &x).map_err(err)?;
     let b = forward_unrolled(&list, &x).map_err(err)?;
-    for (i, (p, q)) in a.data().iter().zip(b.data()).enumerate() {
+    if a.shape() != b.shape() {
+        return Err(format!(
+            "scan shape {:?}, unrolled {:?}",
+            a.shape(),
+            b.shape()
+        ));
+    }
+    for (i, (p, q)) in super::paired("y", a.data(), b.data())?.enumerate() {
         if p.bits() != q.bits() {
             return Err(format!("y[{i}]: scan {p:?} != unrolled {q:?}"));
         }

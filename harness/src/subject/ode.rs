@@ -27,7 +27,7 @@
 
 use super::suite_property;
 use crate::laws::ode::{rotation_case, RotationCase, ORDER_BAND};
-use crate::laws::{timed, Family, DEFAULT_SEED};
+use crate::laws::{max_abs_difference, timed, Family, DEFAULT_SEED};
 use crate::ode::fixtures::Linear;
 use crate::ode::Integration;
 use crate::ode::{solve, Controller, Pid, SolveOptions, Solver, VectorField};
@@ -244,22 +244,29 @@ fn rotation(c: &RotationCase) -> Result<(SharedField, [f64; 2])> {
     ))
 }
 
+/// The subject's answer to `r`, or why there is none: a refusal, a panic, a time-out, or a
+/// final state whose length is not the initial state's.
 fn solved(
     solver: &Arc<dyn OdeSolver>,
     r: &SolveRequest,
     limit: Duration,
 ) -> std::result::Result<SolveReport, String> {
     match solve_within(solver, r, limit) {
+        Outcome::Solved(s) if s.y_final.len() != r.y0.len() => Err(format!(
+            "{}: {r:?} answered a final state of {} values for a state of {}",
+            solver.name(),
+            s.y_final.len(),
+            r.y0.len()
+        )),
         Outcome::Solved(s) => Ok(s),
         other => Err(format!("{}: {r:?} -> {other:?}", solver.name())),
     }
 }
 
-fn distance(a: &[f64], b: &[f64]) -> f64 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
+/// Largest absolute difference between a final state and the expected one
+/// ([`max_abs_difference`]).
+fn distance(got: &[f64], want: &[f64]) -> std::result::Result<f64, String> {
+    max_abs_difference("final state", got, want)
 }
 
 /// Halving the constant step divides the error by `2^p`.
@@ -281,7 +288,7 @@ pub fn convergence_order(
             stepping: Stepping::Constant { dt: c.t1 / steps },
             max_steps: 4096,
         };
-        Ok(distance(&solved(solver, &r, limit)?.y_final, &exact))
+        distance(&solved(solver, &r, limit)?.y_final, &exact)
     };
     let (e1, e2) = (err(16.0)?, err(32.0)?);
     if e2 < 1e-13 {
@@ -323,7 +330,7 @@ pub fn tolerance_proportionality(
             max_steps: 100_000,
         };
         let s = solved(solver, &r, limit)?;
-        let e = distance(&s.y_final, &exact);
+        let e = distance(&s.y_final, &exact)?;
         let bound = PROPORTIONALITY_K * (rtol * ymax + atol) * s.accepted.max(1) as f64;
         // NaN errors fail too
         if e.is_nan() || e > bound {
@@ -371,7 +378,7 @@ pub fn round_trip(
     let ymax = c.y0.iter().map(|v| v.abs()).fold(0.0, f64::max);
     let steps = (fwd.accepted + back.accepted).max(1);
     let bound = PROPORTIONALITY_K * (rtol * ymax + atol) * steps as f64;
-    let d = distance(&back.y_final, &c.y0);
+    let d = distance(&back.y_final, &c.y0)?;
     if d.is_nan() || d > bound {
         return Err(format!(
             "{}: round trip missed y0 by {d:e} > {bound:e} ({steps} accepted steps)",
@@ -550,7 +557,7 @@ pub fn bad_input_is_typed_error(
     match solve_within(solver, &r, limit) {
         Outcome::Refused(_) => Ok(()),
         Outcome::Solved(s) if *b == BadInput::EmptyInterval => {
-            if distance(&s.y_final, &r.y0) == 0.0 {
+            if distance(&s.y_final, &r.y0) == Ok(0.0) {
                 Ok(())
             } else {
                 Err(format!("{name}: t0 == t1 returned {:?}, not y0", s.y_final))

@@ -196,8 +196,8 @@ enum UpstreamCmd {
         /// Also write the results as JSON to FILE (written atomically; never one of the inputs).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
-        /// Cap every request's time limit at SECS.
-        #[arg(long, value_name = "SECS")]
+        /// Cap every request's time limit at SECS (1 to 86400).
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
         timeout: Option<u64>,
         #[command(flatten)]
         dirs: UpstreamDirs,
@@ -223,8 +223,9 @@ enum UpstreamCmd {
         /// Where shrunk mismatches are written (default: <target>/upstream-diff).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
-        /// Time limit of one case, in seconds.
-        #[arg(long, value_name = "SECS", default_value_t = 120)]
+        /// Time limit of one case, in seconds (1 to 86400).
+        #[arg(long, value_name = "SECS", default_value_t = 120,
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
         timeout: u64,
         #[command(flatten)]
         dirs: UpstreamDirs,
@@ -260,10 +261,11 @@ fn io_of(cmd: &Cmd) -> Outputs {
         } => {
             let mut io = Outputs::new().output_opt("--json", json.as_ref());
             if let Some(dir) = report {
-                io = io.output_dir("--report", dir);
-                if let Some(g) = golden {
-                    io = io.input(g);
-                }
+                io = io.output_dir("--report", dir).input(
+                    golden
+                        .clone()
+                        .unwrap_or_else(|| crate::report::full::DEFAULT_GOLDEN.into()),
+                );
             }
             io
         }
@@ -1282,9 +1284,6 @@ fn upstream_check(
     use crate::upstream::{Locations, Profile};
     let loc = Locations::new(dirs.upstream_dir, dirs.venvs);
     let profiles = Profile::resolve_all(profiles, &loc).map_err(Usage)?;
-    if timeout == Some(0) {
-        return Err(Usage("--timeout 0: must be at least 1 second".into()));
-    }
     let opts = CheckOptions {
         timeout: timeout.map(std::time::Duration::from_secs),
         ..CheckOptions::default()
@@ -1412,9 +1411,6 @@ fn upstream_diff(a: DiffArgs) -> Outcome {
             })
             .collect::<Result<Vec<_>, _>>()?
     };
-    if a.timeout == 0 {
-        return Err(Usage("--timeout 0: must be at least 1 second".into()));
-    }
     let opts = DiffOptions {
         cases: a.cases,
         kinds,

@@ -98,6 +98,21 @@ fn an_output_naming_an_input_is_refused_and_the_input_is_untouched() {
         &[],
         "does not exist",
     );
+    // a file the report writes into its directory, named again by --json
+    refused(
+        &d,
+        &["check", "--report", "rep", "--json", "rep/check.json"],
+        &[],
+        "--json rep/check.json: lies inside the --report directory",
+    );
+    // the report's directory is the golden corpus it replays (the default one)
+    let golden = fixture("fixtures/golden");
+    refused(
+        &d,
+        &["check", "--report", golden.to_str().unwrap()],
+        &[],
+        "is an input or inside one",
+    );
     assert_eq!(std::fs::read(d.join("r.pgm")).unwrap(), pgm);
     assert_eq!(std::fs::read(d.join("case.json")).unwrap(), case);
     assert!(!d.join("same.out").exists() && !d.join("cases/results.json").exists());
@@ -121,6 +136,22 @@ fn zero_steps_zero_cases_and_unreadable_variables_are_usage_errors() {
         "0 cases",
     );
     refused(&d, &["upstream", "diff", "--cases", "0"], &[], "--cases 0");
+    // a time limit past any deadline `Instant` can hold (it panicked adding it to now)
+    for cmd in ["diff", "check"] {
+        for secs in ["0", "86401", "18446744073709551615"] {
+            let out = harness()
+                .current_dir(&d)
+                .args(["upstream", cmd, "--timeout", secs])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} --timeout {secs}: {err}");
+            assert!(
+                err.contains("--timeout") && err.contains("1..=86400"),
+                "{err}"
+            );
+        }
+    }
     refused(
         &d,
         &["check", "--law", "radam"],

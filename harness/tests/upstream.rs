@@ -1037,6 +1037,59 @@ fn profiles_resolve_by_name_or_file() {
 }
 
 #[test]
+fn a_requirement_file_cannot_name_a_venv_outside_the_venvs_dir_or_another_profiles_venv() {
+    let dir = scratch("profile-names");
+    std::fs::create_dir_all(dir.join("profiles")).unwrap();
+    std::fs::write(
+        dir.join("profiles").join("current.txt"),
+        "jax==0.10.2
+",
+    )
+    .unwrap();
+    let loc = Locations {
+        upstream_dir: dir.clone(),
+        venvs: dir.join("venvs"),
+    };
+    // `...txt` has the stem `..`: its venv would be the directory above --venvs, which setup
+    // deletes when it holds a pyvenv.cfg
+    for file in ["...txt", ".hidden.txt", "sp ace.txt"] {
+        let path = dir.join(file);
+        std::fs::write(
+            &path,
+            "optax==0.2.8
+",
+        )
+        .unwrap();
+        let e = Profile::resolve(path.to_str().unwrap(), &loc).unwrap_err();
+        assert!(
+            e.contains("cannot name a profile after this file"),
+            "{file}: {e}"
+        );
+    }
+    // a user's `current.txt` elsewhere would reinstall the built-in `current` venv from it
+    std::fs::create_dir_all(dir.join("elsewhere")).unwrap();
+    let theirs = dir.join("elsewhere").join("current.txt");
+    std::fs::write(
+        &theirs,
+        "optax==0.2.2
+",
+    )
+    .unwrap();
+    let e = Profile::resolve(theirs.to_str().unwrap(), &loc).unwrap_err();
+    assert!(
+        e.contains("named after the built-in profile `current`"),
+        "{e}"
+    );
+    // the built-in file itself, given by path, is the built-in profile
+    let builtin = dir.join("profiles").join("current.txt");
+    assert!(
+        Profile::resolve(builtin.to_str().unwrap(), &loc)
+            .unwrap()
+            .builtin
+    );
+}
+
+#[test]
 fn setup_names_a_missing_interpreter_and_skips_an_up_to_date_venv() {
     let dir = scratch("setup");
     let req = dir.join("mine.txt");
@@ -1191,6 +1244,34 @@ mod diff {
         let report = diff::run(&mut ok, &opts, &mut |_| {}).unwrap();
         assert!(report.mismatches.is_empty());
         assert!(report.passed());
+    }
+
+    #[test]
+    fn a_case_the_worker_names_with_a_path_is_not_written_outside_the_out_dir() {
+        let dir = scratch("diff-traversal");
+        let out = dir.join("a").join("out");
+        let mut result: Value = serde_json::from_str(&worker_result(true)).unwrap();
+        result["case"]["name"] = json!("../../escaped");
+        let mut w = Worker::spawn(&fake(&[("RESULT", &result.to_string())])).unwrap();
+        let opts = DiffOptions {
+            cases: 1,
+            kinds: vec![DiffKind::Radam],
+            seed: 1,
+            out_dir: out.clone(),
+            timeout: 10 * SECOND,
+            max_shrink: 1,
+        };
+        let mut lines = Vec::new();
+        let report = diff::run(&mut w, &opts, &mut |l| lines.push(l.to_string())).unwrap();
+        assert_eq!(report.mismatches.len(), 1);
+        assert_eq!(report.mismatches[0].golden_file, None);
+        assert!(!dir.join("escaped.json").exists());
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("\"../../escaped\", not a plain file name")),
+            "{lines:?}"
+        );
     }
 
     #[test]

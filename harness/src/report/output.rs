@@ -62,13 +62,23 @@ impl Outputs {
     }
 
     /// `Ok` when every output can be written and none is an input, lies inside an input
-    /// directory that is read recursively, or is named twice. Probes writability by creating
+    /// directory that is read recursively or inside an output directory, or is named twice. Probes writability by creating
     /// (and removing) a temporary file beside each output.
     pub fn check(&self) -> Result<(), String> {
         let inputs: Vec<PathBuf> = self.inputs.iter().map(|p| absolute(p)).collect();
+        let dirs: Vec<(&String, PathBuf)> =
+            self.dirs.iter().map(|(f, d)| (f, absolute(d))).collect();
         let mut seen: Vec<(String, PathBuf)> = Vec::new();
         for (flag, path) in &self.outputs {
             let abs = absolute(path);
+            if let Some((other, d)) = dirs.iter().find(|(_, d)| abs.starts_with(d)) {
+                return Err(format!(
+                    "{flag} {}: lies inside the {other} directory {}, whose files that command \
+                     writes; write it elsewhere",
+                    path.display(),
+                    d.display()
+                ));
+            }
             if path.as_os_str().is_empty() || path.is_dir() {
                 return Err(format!(
                     "{flag} {}: is a directory, not a file",

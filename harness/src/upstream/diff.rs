@@ -810,6 +810,12 @@ fn write_case(dir: &Path, golden: &Value) -> std::result::Result<PathBuf, String
         .get("name")
         .and_then(Value::as_str)
         .unwrap_or("upstream-diff");
+    // the name comes from the worker's reply: a file name in `dir`, never a path out of it
+    if !crate::upstream::profile::is_plain_name(name) {
+        return Err(format!(
+            "the case is named {name:?}, not a plain file name (letters, digits, '.', '_', '-')"
+        ));
+    }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join(format!("{name}.json"));
     let mut buf = Vec::new();

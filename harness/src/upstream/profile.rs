@@ -85,6 +85,16 @@ impl Locations {
     }
 }
 
+/// Whether `name` can name a profile's venv directory: ASCII letters, digits, `.`, `_` and
+/// `-`, not empty and not starting with `.` (so never `.` or `..`).
+pub(crate) fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
 /// A pinned set of packages: a built-in profile or a user's requirement file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
@@ -106,15 +116,28 @@ impl Profile {
             if !path.is_file() {
                 return Err(format!("--profile {arg}: no such requirement file"));
             }
+            // the name becomes a directory under --venvs, which setup may delete and rebuild:
+            // only a plain file name, never `..`, a hidden name or another profile's venv
             let name = path
                 .file_stem()
                 .and_then(|s| s.to_str())
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| format!("--profile {arg}: cannot name a profile after this file"))?
+                .filter(|s| is_plain_name(s))
+                .ok_or_else(|| {
+                    format!(
+                        "--profile {arg}: cannot name a profile after this file (its name before \
+                         .txt must be letters, digits, '.', '_' or '-', not starting with '.')"
+                    )
+                })?
                 .to_string();
+            let builtin = BUILTIN_PROFILES.contains(&name.as_str());
+            if builtin && !same_file(&path, &loc.profiles_dir().join(format!("{name}.txt"))) {
+                return Err(format!(
+                    "--profile {arg}: a requirement file named after the built-in profile \
+                     `{name}` would replace its venv; rename the file"
+                ));
+            }
             return Ok(Profile {
-                builtin: BUILTIN_PROFILES.contains(&name.as_str())
-                    && same_file(&path, &loc.profiles_dir().join(format!("{name}.txt"))),
+                builtin,
                 name,
                 requirements: path,
             });

@@ -32,6 +32,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The longest a request or an exit is waited for, whatever time limit is asked: a deadline
+/// further out would overflow `Instant` (a week is longer than any case runs).
+pub const LONGEST_WAIT: Duration = Duration::from_secs(7 * 86_400);
+
 /// The protocol version this build speaks.
 pub const PROTOCOL: u64 = 1;
 /// How often a waiting request reads the worker's resident memory.
@@ -430,7 +434,7 @@ impl Worker {
         if let Err(e) = written {
             return Err(self.died(&what, &format!("writing the request failed ({e}); ")));
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + timeout.min(LONGEST_WAIT);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let wait = if self.memory_limit.is_some() {
@@ -602,7 +606,7 @@ impl Worker {
     }
 
     fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + timeout.min(LONGEST_WAIT);
         loop {
             match self.child.try_wait() {
                 Ok(Some(s)) => return Some(s),

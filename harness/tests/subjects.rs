@@ -764,6 +764,94 @@ fn an_answer_of_the_wrong_length_or_of_nan_fails_every_law_that_reads_it() {
     }
 }
 
+/// Classical Runge–Kutta (order 4), constant steps only, written here as a black box: its second
+/// and third stages at `t + node h` (`node = 1/2` is the method; another value evaluates them at
+/// the wrong time). `frozen`: the field evaluated at `t0` whatever the time.
+struct Rk4 {
+    node: f64,
+    frozen: bool,
+}
+
+impl OdeSolver for Rk4 {
+    fn name(&self) -> String {
+        format!("rk4 (node {}, frozen time {})", self.node, self.frozen)
+    }
+    fn order(&self) -> Option<u32> {
+        Some(4)
+    }
+    fn supports(&self, s: &Stepping) -> bool {
+        matches!(s, Stepping::Constant { .. })
+    }
+    fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
+        let Stepping::Constant { dt } = r.stepping else {
+            return Err(harness::reference::Error::Unsupported(
+                "adaptive steps".into(),
+            ));
+        };
+        let finite = r.y0.iter().all(|v| v.is_finite()) && r.t0.is_finite() && r.t1.is_finite();
+        if !finite || !(dt.is_finite() && dt != 0.0 && dt.signum() == (r.t1 - r.t0).signum()) {
+            return Err(harness::reference::Error::External(format!(
+                "bad request {r:?}"
+            )));
+        }
+        let f = |t: f64, y: &[f64]| {
+            let mut d = vec![0.0; y.len()];
+            r.field.eval(if self.frozen { r.t0 } else { t }, y, &mut d);
+            d
+        };
+        let axpy = |y: &[f64], k: &[f64], h: f64| -> Vec<f64> {
+            y.iter().zip(k).map(|(a, b)| a + h * b).collect()
+        };
+        let (mut t, mut y, mut accepted) = (r.t0, r.y0.clone(), 0);
+        while (r.t1 - t) * dt.signum() > 0.0 {
+            if accepted >= r.max_steps {
+                return Err(harness::reference::Error::MaxStepsExceeded {
+                    max_steps: r.max_steps,
+                    t,
+                    t_end: r.t1,
+                });
+            }
+            let h = if (r.t1 - t).abs() < dt.abs() {
+                r.t1 - t
+            } else {
+                dt
+            };
+            let k1 = f(t, &y);
+            let k2 = f(t + self.node * h, &axpy(&y, &k1, h / 2.0));
+            let k3 = f(t + self.node * h, &axpy(&y, &k2, h / 2.0));
+            let k4 = f(t + h, &axpy(&y, &k3, h));
+            for (i, v) in y.iter_mut().enumerate() {
+                *v += h / 6.0 * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i]);
+            }
+            t += h;
+            accepted += 1;
+        }
+        Ok(SolveReport {
+            y_final: y,
+            accepted,
+            rejected: 0,
+        })
+    }
+}
+
+#[test]
+fn a_black_box_solver_that_evaluates_its_stages_at_the_wrong_time_fails_the_order_law() {
+    let _serial = serial();
+    let run = |node, frozen| ode_suite::check(Arc::new(Rk4 { node, frozen }), &ode_opts());
+    let good = run(0.5, false);
+    assert!(good.passed(), "{}", good.summary());
+    // on the autonomous rotation the stage times are never read: only y' = (1 + t) A y sees them
+    for (node, frozen) in [(1.0 / 3.0, false), (0.5, true)] {
+        let r = run(node, frozen);
+        assert_eq!(failed(&r), ["ode_convergence_order"], "{}", r.summary());
+        let c = counterexample(&r, "ode_convergence_order");
+        assert!(
+            c.starts_with("y' = (1 + t) A y: rk4") && c.contains("measured order"),
+            "{c}"
+        );
+    }
+}
+
 #[test]
 fn a_custom_tableau_runs_through_the_reference_stepper_and_is_judged_by_its_claimed_order() {
     let _serial = serial();

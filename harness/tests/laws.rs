@@ -48,6 +48,49 @@ fn forms_law_catches_a_branch_form_whose_constructor_rejects_what_the_where_form
 }
 
 #[test]
+fn a_mutant_counts_as_caught_only_by_a_property_failure_not_by_an_aborted_run() {
+    use harness::mutants::{run, Mutant};
+    let mutant = |run: fn() -> Result<(), String>| Mutant {
+        name: "planted",
+        incident: "none",
+        law: "planted",
+        run,
+    };
+    // every case rejected: proptest aborts, and that error says nothing about the bug
+    let aborted = run(&mutant(|| {
+        laws::check_property(
+            "planted",
+            16,
+            laws::DEFAULT_SEED,
+            proptest::strategy::Strategy::prop_filter(
+                proptest::prelude::any::<u8>(),
+                "none",
+                |_| false,
+            ),
+            |_| Ok(()),
+        )
+    }));
+    assert!(!aborted.caught, "{:?}", aborted.counterexample);
+    assert!(aborted.counterexample.unwrap().starts_with("aborted"));
+    let setup = run(&mutant(|| Err("could not build the subject".into())));
+    assert!(!setup.caught);
+    let failed = run(&mutant(|| {
+        laws::check_property("planted", 16, laws::DEFAULT_SEED, 0u8..=255, |&x| {
+            if x < 100 {
+                Ok(())
+            } else {
+                Err(format!("{x} >= 100"))
+            }
+        })
+    }));
+    assert!(failed.caught);
+    assert!(failed
+        .counterexample
+        .unwrap()
+        .contains("minimal input: 100"));
+}
+
+#[test]
 fn schedule_law_catches_a_scaling_rectifying_late() {
     use harness::laws::radam::follows_schedule_with;
     use harness::laws::strategies::opt_case;
@@ -518,7 +561,16 @@ fn branch_bounds_drop_the_cauchy_schwarz_arm_where_v_underflows() {
 #[test]
 fn every_recorded_law_failure_replays_and_holds_now() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/regressions/laws");
-    for (path, record) in laws::persist::load(&dir).unwrap() {
+    // `load` reads a missing directory as holding no records: the directory must be there, and
+    // hold nothing but records and its README, so that no record is skipped unread
+    let files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(files.iter().any(|f| f == "README.md"), "{files:?}");
+    let records = laws::persist::load(&dir).unwrap();
+    assert_eq!(records.len(), files.len() - 1, "not a record: {files:?}");
+    for (path, record) in records {
         let r = laws::persist::replay(&record, laws::find).unwrap();
         assert!(
             r.passed,

@@ -157,9 +157,6 @@ fn tiny_report_writes_every_file_with_data() {
 
     let text = std::fs::read_to_string(dir.0.join("check.json")).expect("check.json");
     let v: serde_json::Value = serde_json::from_str(&text).expect("check.json parses");
-    let again: serde_json::Value =
-        serde_json::from_str(&serde_json::to_string(&v).expect("serialises")).expect("reparses");
-    assert_eq!(v, again);
     let laws = v["laws"].as_array().expect("laws array");
     assert_eq!(laws.len(), report.laws.len());
     for l in laws {

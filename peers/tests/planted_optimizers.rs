@@ -119,7 +119,6 @@ fn failed(report: &SuiteReport) -> Vec<(String, String)> {
 #[test]
 fn each_optimizer_law_passing_on_candle_optimisers_fails_on_a_bug_planted_in_its_adapter() {
     let opts = SuiteOptions::default();
-    let mut seen = Vec::new();
     for (subject, make, bug, law) in [
         (
             "Adam",
@@ -193,7 +192,5 @@ fn each_optimizer_law_passing_on_candle_optimisers_fails_on_a_bug_planted_in_its
             "{subject} with {bug:?}: {law} held; failed: {failed:?}"
         );
         println!("{law} on {subject} with {bug:?}:\n{}\n", hit.unwrap().1);
-        seen.push(law);
     }
-    assert_eq!(seen.len(), 9);
 }

@@ -328,6 +328,25 @@ where
     check_property_replayed_by(&replay, cases, seed, strategy, property)
 }
 
+/// Whether `message`, the `Err` of [`check_property`], is a failure of the property with its
+/// shrunk counterexample, rather than a run that was aborted (every case rejected) or any other
+/// error: only the first shows a law catching a bug.
+///
+/// ```
+/// use harness::laws::{check_property, is_property_failure, DEFAULT_SEED};
+/// let failed = check_property("below_ten", 64, DEFAULT_SEED, 0u32..100, |&x| {
+///     if x < 10 { Ok(()) } else { Err(format!("{x} >= 10")) }
+/// });
+/// assert!(is_property_failure(&failed.unwrap_err()));
+/// assert!(!is_property_failure("aborted: Too many local rejects"));
+/// ```
+pub fn is_property_failure(message: &str) -> bool {
+    message.contains(COUNTEREXAMPLE_LINE)
+}
+
+/// The line of a [`check_property`] failure that holds the shrunk counterexample.
+const COUNTEREXAMPLE_LINE: &str = "\nminimal input: ";
+
 /// [`check_property`] for a law run outside `harness check` (a suite on a user's subject):
 /// `replay` says how to run it again.
 pub fn check_property_replayed_by<S>(
@@ -356,7 +375,7 @@ where
     }) {
         Ok(()) => Ok(()),
         Err(TestError::Fail(reason, value)) => Err(format!(
-            "{reason}\nminimal input: {value:?}\nreplay: {replay}"
+            "{reason}{COUNTEREXAMPLE_LINE}{value:?}\nreplay: {replay}"
         )),
         Err(TestError::Abort(reason)) => Err(format!("aborted: {reason}")),
     }

@@ -50,7 +50,8 @@ pub struct MutantReport {
     pub incident: String,
     /// The law run against it.
     pub law: String,
-    /// Whether the law failed on it (the expected outcome).
+    /// Whether the law failed on it with a shrunk counterexample (the expected outcome); an
+    /// aborted run or another error is not a catch.
     pub caught: bool,
     /// The law's counterexample, when caught.
     pub counterexample: Option<String>,
@@ -81,7 +82,11 @@ pub fn run(m: &Mutant) -> MutantReport {
         name: m.name.into(),
         incident: m.incident.into(),
         law: m.law.into(),
-        caught: outcome.is_err(),
+        // a run aborted or refused before any case failed has not caught the bug
+        caught: outcome
+            .as_ref()
+            .err()
+            .is_some_and(|e| crate::laws::is_property_failure(e)),
         counterexample: outcome.err(),
         seconds: start.elapsed().as_secs_f64(),
     }

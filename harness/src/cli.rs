@@ -1130,13 +1130,19 @@ fn train_cnf_in<A: crate::backend::Real>(a: TrainArgs) -> Outcome {
         .and_then(|()| tc.validate())
         .map_err(|e| Usage(format!("train-cnf: {e}")))?;
     let budget = crate::budget::Budget::resolve(a.max_memory.as_deref()).map_err(Usage)?;
+    // the image (if any) is weighed from its header before it is read
+    let image = Dataset::footprint(&a.data).map_err(|e| Usage(format!("--data: {e}")))?;
     budget
         .admit(
             &format!(
-                "training width {} depth {} with {} blocks on batches of {}",
-                a.width, a.depth, a.blocks, a.batch
+                "training width {} depth {} with {} blocks on batches of {}{}",
+                a.width,
+                a.depth,
+                a.blocks,
+                a.batch,
+                if image > 0 { " on that image" } else { "" }
             ),
-            crate::budget::train_estimate(&cfg, a.batch),
+            crate::budget::train_estimate(&cfg, a.batch) + image,
         )
         .map_err(Usage)?;
     let data = Dataset::parse(&a.data).map_err(|e| Usage(format!("--data: {e}")))?;

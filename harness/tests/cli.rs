@@ -171,6 +171,15 @@ fn zero_steps_zero_cases_and_unreadable_variables_are_usage_errors() {
 fn sizes_that_cannot_fit_are_refused_before_any_allocation() {
     let d = scratch("sizes");
     let budget = [("HARNESS_MAX_MEMORY", "8G")];
+    // the largest image a header may declare (16384 x 16384, 16 bit): weighed from its header
+    // alone (this file has no pixels at all) against the budget with the model
+    std::fs::write(d.join("huge.pgm"), b"P5\n16384 16384\n65535\n").unwrap();
+    refused(
+        &d,
+        &["train-cnf", "--steps", "1", "--data", "huge.pgm"],
+        &[("HARNESS_MAX_MEMORY", "2G")],
+        "on that image needs about 4.5 GiB",
+    );
     refused(
         &d,
         &[

@@ -603,8 +603,106 @@ fn ode_gradient_memory_figures_and_store_every_state_mutant_fails_the_bound() {
     }
 }
 
+/// `train-cnf` admits a run by [`harness::budget::train_estimate`] before any allocation: the
+/// estimate must bound the counting allocator's peak over building the trainer, its first state
+/// and one step, for wide layers on tiny batches (the parameters dominate), many chunks (every
+/// chunk's gradient is kept), several blocks, both traces and both gradient modes.
+fn cnf_train_estimate_bounds_the_measured_peak_of_a_step() {
+    use harness::cnf::data::Dataset;
+    use harness::cnf::train::{TrainConfig, Trainer};
+    use harness::cnf::{CnfConfig, Probe, TraceEstimator};
+    use harness::ode::grad::GradMode;
+    let _g = harness::probe::exclusive();
+    let exact = TraceEstimator::Exact;
+    let hutch = TraceEstimator::Hutchinson(Probe::Gaussian);
+    let full = GradMode::FullTape;
+    let ckpt = GradMode::Checkpointed { checkpoints: None };
+    for (width, depth, blocks, batch, trace, grad) in [
+        (1024, 2, 1, 1, exact, full),
+        (1024, 1, 1, 1, exact, full),
+        (512, 2, 2, 1, hutch, full),
+        (256, 2, 1, 200, exact, full),
+        (64, 3, 1, 500, exact, full),
+        (64, 3, 1, 500, hutch, ckpt),
+        (32, 2, 2, 2000, exact, full),
+        (128, 4, 3, 300, exact, ckpt),
+        (8, 1, 1, 16, exact, full),
+    ] {
+        let cfg = CnfConfig {
+            width,
+            depth,
+            blocks,
+            trace,
+            ..CnfConfig::default()
+        };
+        let tc = TrainConfig {
+            batch,
+            grad,
+            ..TrainConfig::default()
+        };
+        let estimate = harness::budget::train_estimate(&cfg, batch);
+        let ((), m) = harness::probe::measure(|| {
+            let mut t = Trainer::<f64>::typed(cfg, tc, Dataset::TwoMoons).unwrap();
+            let state = t.init().unwrap();
+            harness::train::train_for(&mut t, state, 1, |_, _| {}).unwrap();
+        });
+        let peak = m.peak_above_baseline as u128;
+        println!(
+            "width {width} depth {depth} blocks {blocks} batch {batch} {trace:?} {grad:?}: \
+             peak {peak} B, estimate {estimate} B ({:.2})",
+            peak as f64 / estimate as f64
+        );
+        assert!(
+            peak > 0 && peak <= estimate,
+            "peak {peak} > estimate {estimate}"
+        );
+    }
+}
+
+/// `train-cnf` weighs an image by [`harness::cnf::data::ImageDensity::load_footprint`] (its
+/// header alone) before loading it: that must bound the peak of the load, for 8 and 16-bit
+/// binary images and an ASCII one.
+fn image_load_footprint_bounds_the_measured_peak_of_the_load() {
+    use harness::cnf::data::ImageDensity;
+    let _g = harness::probe::exclusive();
+    let dir = std::env::temp_dir().join(format!("harness-pgm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (w, h) = (640usize, 480usize);
+    let pixel = |i: usize| (i * 7919 % 65536) as u32;
+    let mut p5_16 = format!("P5\n{w} {h}\n65535\n").into_bytes();
+    let mut p5_8 = format!("P5\n{w} {h}\n255\n").into_bytes();
+    let mut p2 = format!("P2\n{w} {h}\n65535\n").into_bytes();
+    for i in 0..w * h {
+        p5_16.extend_from_slice(&(pixel(i) as u16).to_be_bytes());
+        p5_8.push(pixel(i) as u8);
+        p2.extend_from_slice(format!("{} ", pixel(i)).as_bytes());
+    }
+    for (name, bytes) in [("p5-16.pgm", p5_16), ("p5-8.pgm", p5_8), ("p2.pgm", p2)] {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let footprint = ImageDensity::load_footprint(&path).unwrap();
+        let (image, m) = harness::probe::measure(|| ImageDensity::load(&path));
+        image.unwrap();
+        let peak = m.peak_above_baseline as u128;
+        println!("{name}: load peak {peak} B, footprint {footprint} B");
+        assert!(
+            peak > 0 && peak <= footprint,
+            "{name}: peak {peak} > {footprint}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn main() {
-    let tests: [(&str, fn()); 24] = [
+    let tests: [(&str, fn()); 26] = [
+        (
+            "cnf_train_estimate_bounds_the_measured_peak_of_a_step",
+            cnf_train_estimate_bounds_the_measured_peak_of_a_step,
+        ),
+        (
+            "image_load_footprint_bounds_the_measured_peak_of_the_load",
+            image_load_footprint_bounds_the_measured_peak_of_the_load,
+        ),
         (
             "stack_scan_memory_law_catches_a_scan_that_keeps_every_activation",
             stack_scan_memory_law_catches_a_scan_that_keeps_every_activation,

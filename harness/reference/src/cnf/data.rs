@@ -43,13 +43,38 @@ pub enum Dataset {
 impl Dataset {
     /// `two-moons`, `checkerboard`, or a path to a `.pgm` file (optionally `image:PATH`).
     pub fn parse(name: &str) -> Result<Dataset> {
+        match (name, Self::image_path(name)?) {
+            (_, Some(path)) => Ok(Dataset::Image(ImageDensity::load(Path::new(path))?)),
+            ("checkerboard", None) => Ok(Dataset::Checkerboard),
+            (_, None) => Ok(Dataset::TwoMoons),
+        }
+    }
+
+    /// The most bytes [`Dataset::parse`] of `name` holds at once: 0 for the built-in sets, an
+    /// image's [`ImageDensity::load_footprint`] (read from its header alone). A name `parse`
+    /// refuses is refused alike.
+    ///
+    /// ```
+    /// use harness_reference::cnf::data::Dataset;
+    /// assert_eq!(Dataset::footprint("two-moons")?, 0);
+    /// assert!(Dataset::footprint("no-such.pgm").is_err());
+    /// # Ok::<(), harness_reference::Error>(())
+    /// ```
+    pub fn footprint(name: &str) -> Result<u128> {
+        match Self::image_path(name)? {
+            Some(path) => ImageDensity::load_footprint(Path::new(path)),
+            None => Ok(0),
+        }
+    }
+
+    /// The image path `name` names, `None` for a built-in set, or `parse`'s error.
+    fn image_path(name: &str) -> Result<Option<&str>> {
         match name {
-            "two-moons" | "moons" => Ok(Dataset::TwoMoons),
-            "checkerboard" => Ok(Dataset::Checkerboard),
+            "two-moons" | "moons" | "checkerboard" => Ok(None),
             other => {
                 let path = other.strip_prefix("image:").unwrap_or(other);
                 if path.ends_with(".pgm") || other.starts_with("image:") {
-                    Ok(Dataset::Image(ImageDensity::load(Path::new(path))?))
+                    Ok(Some(path))
                 } else {
                     Err(Error::InvalidHyper {
                         name: "data",
@@ -134,6 +159,17 @@ struct PgmHeader {
     maxval: usize,
     /// Offset just past the maxval token (the single whitespace byte before binary pixels).
     end: usize,
+}
+
+impl PgmHeader {
+    /// The most bytes a pixel takes in the file: P5 one or two, P2 at most 6 (`"65535 "`).
+    fn bytes_per_pixel(&self) -> usize {
+        match self.binary {
+            true if self.maxval < 256 => 1,
+            true => 2,
+            false => 6,
+        }
+    }
 }
 
 /// The longest token of a PGM header or ASCII raster, in bytes (a size, a maxval or a sample
@@ -265,6 +301,48 @@ impl ImageDensity {
             value: path.display().to_string(),
             expected: what,
         };
+        let (mut file, mut bytes, header, file_len) = Self::open(path)?;
+        let limit = PGM_HEADER_MAX + header.width * header.height * header.bytes_per_pixel() + 1;
+        // read into one allocation of the size to be read (growing by doubling would hold up to
+        // twice the file)
+        let to_read = limit.min(usize::try_from(file_len).unwrap_or(usize::MAX));
+        bytes.reserve_exact(to_read.saturating_sub(bytes.len()));
+        (&mut file)
+            .take((limit - bytes.len().min(limit)) as u64)
+            .read_to_end(&mut bytes)
+            .map_err(|e| bad(format!("a readable PGM file ({e})")))?;
+        Self::from_pgm(&bytes).map_err(|msg| Error::InvalidHyper {
+            name: "data",
+            value: path.display().to_string(),
+            expected: format!("a greyscale PGM (P2/P5) image: {msg}"),
+        })
+    }
+
+    /// The most bytes [`ImageDensity::load`] holds at once for the image at `path`, read from its
+    /// header alone (the file's bytes, the pixel values and the cumulative weights), so that a
+    /// caller can weigh an image against a memory budget before loading it. The errors are
+    /// `load`'s for a missing file or a bad header.
+    ///
+    /// ```no_run
+    /// use harness_reference::cnf::data::ImageDensity;
+    /// let bytes = ImageDensity::load_footprint(std::path::Path::new("face.pgm"))?;
+    /// # Ok::<(), harness_reference::Error>(())
+    /// ```
+    pub fn load_footprint(path: &Path) -> Result<u128> {
+        let (_, _, h, _) = Self::open(path)?;
+        let count = (h.width * h.height) as u128;
+        Ok(PGM_HEADER_MAX as u128 + count * (h.bytes_per_pixel() as u128 + 16))
+    }
+
+    /// `path` opened, its first [`PGM_HEADER_MAX`] bytes read and its header checked; with the
+    /// file's length.
+    fn open(path: &Path) -> Result<(std::fs::File, Vec<u8>, PgmHeader, u64)> {
+        use std::io::Read;
+        let bad = |what: String| Error::InvalidHyper {
+            name: "data",
+            value: path.display().to_string(),
+            expected: what,
+        };
         let meta =
             std::fs::metadata(path).map_err(|e| bad(format!("a readable PGM file ({e})")))?;
         if !meta.is_file() {
@@ -279,22 +357,7 @@ impl ImageDensity {
             .map_err(|e| bad(format!("a readable PGM file ({e})")))?;
         let header =
             pgm_header(&bytes).map_err(|m| bad(format!("a greyscale PGM (P2/P5) image: {m}")))?;
-        // P5: one or two bytes a pixel; P2: at most 6 bytes a value ("65535 ")
-        let per_pixel = match header.binary {
-            true if header.maxval < 256 => 1,
-            true => 2,
-            false => 6,
-        };
-        let limit = PGM_HEADER_MAX + header.width * header.height * per_pixel + 1;
-        (&mut file)
-            .take((limit - bytes.len().min(limit)) as u64)
-            .read_to_end(&mut bytes)
-            .map_err(|e| bad(format!("a readable PGM file ({e})")))?;
-        Self::from_pgm(&bytes).map_err(|msg| Error::InvalidHyper {
-            name: "data",
-            value: path.display().to_string(),
-            expected: format!("a greyscale PGM (P2/P5) image: {msg}"),
-        })
+        Ok((file, bytes, header, meta.len()))
     }
 
     /// Parse PGM bytes (`P2` ASCII or `P5` binary, 8 or 16 bit).
@@ -323,11 +386,13 @@ impl ImageDensity {
                 })
                 .collect()
         } else {
+            // one allocation of the image's size (collecting `Result`s would grow by doubling)
             let mut t = PgmTokens { bytes, pos: end };
-            (0..count)
-                .map(|_| t.number())
-                .collect::<std::result::Result<_, _>>()
-                .map_err(|e| format!("pixel values: {e}"))?
+            let mut values = Vec::with_capacity(count);
+            for _ in 0..count {
+                values.push(t.number().map_err(|e| format!("pixel values: {e}"))?);
+            }
+            values
         };
         if let Some(v) = values.iter().find(|&&v| v > maxval) {
             return Err(format!("pixel value {v} exceeds maxval {maxval}"));

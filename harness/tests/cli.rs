@@ -136,6 +136,15 @@ fn zero_steps_zero_cases_and_unreadable_variables_are_usage_errors() {
         "0 cases",
     );
     refused(&d, &["upstream", "diff", "--cases", "0"], &[], "--cases 0");
+    // a learning rate finite and positive in f64 that rounds to inf or 0 in f32
+    for lr in ["1e39", "1e-320"] {
+        refused(
+            &d,
+            &["train-cnf", "--steps", "1", "--dtype", "f32", "--lr", lr],
+            &[],
+            "`learning_rate`",
+        );
+    }
     // a time limit past any deadline `Instant` can hold (it panicked adding it to now)
     for cmd in ["diff", "check"] {
         for secs in ["0", "86401", "18446744073709551615"] {

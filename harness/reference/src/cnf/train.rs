@@ -218,6 +218,27 @@ impl<A: Real> Trainer<A> {
             cfg.data_size,
             "must be 2 for the built-in 2-D data sets",
         )?;
+        // the step computes in `A`: a rate finite and positive in f64 may round to inf or 0 there
+        let lr = A::of_f64(train.learning_rate).as_f64();
+        ensure(
+            lr.is_finite() && lr > 0.0,
+            "learning_rate",
+            format!("{:e}", train.learning_rate),
+            &format!(
+                "must be finite and > 0 once rounded to {} (it rounds to {lr})",
+                A::DTYPE
+            ),
+        )?;
+        let wd = A::of_f64(train.weight_decay).as_f64();
+        ensure(
+            wd.is_finite(),
+            "weight_decay",
+            format!("{:e}", train.weight_decay),
+            &format!(
+                "must be finite once rounded to {} (it rounds to {wd})",
+                A::DTYPE
+            ),
+        )?;
         Ok(Trainer {
             cfg,
             train,

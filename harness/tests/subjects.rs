@@ -789,7 +789,7 @@ impl OdeSolver for Rk4 {
             ));
         };
         let finite = r.y0.iter().all(|v| v.is_finite()) && r.t0.is_finite() && r.t1.is_finite();
-        if !finite || !(dt.is_finite() && dt != 0.0 && dt.signum() == (r.t1 - r.t0).signum()) {
+        if !(finite && dt.is_finite() && dt != 0.0 && dt.signum() == (r.t1 - r.t0).signum()) {
             return Err(harness::reference::Error::External(format!(
                 "bad request {r:?}"
             )));

@@ -568,6 +568,8 @@ enum SolverBug {
     PanicsOnNan,
     /// Never returns when a time is non-finite.
     HangsOnInfiniteTime,
+    /// Never returns when asked for constant steps of 0 (one input in one stepping mode).
+    HangsOnZeroStep,
     /// Ignores the step budget: answers after as many steps as it likes.
     OverrunsBudget,
     /// Takes one step more than its budget (a `>` where `>=` belongs).
@@ -618,6 +620,9 @@ impl OdeSolver for PlantedSolver {
                 assert!(r.y0.iter().all(|v| v.is_finite()), "y0 must be finite");
                 reference.solve(r)
             }
+            SolverBug::HangsOnZeroStep if r.stepping == (Stepping::Constant { dt: 0.0 }) => loop {
+                std::thread::sleep(Duration::from_millis(50));
+            },
             SolverBug::HangsOnInfiniteTime if !(r.t0.is_finite() && r.t1.is_finite()) => loop {
                 std::thread::sleep(Duration::from_millis(50));
             },
@@ -686,6 +691,12 @@ fn each_ode_law_fails_on_its_planted_bug_with_a_small_counterexample() {
         ),
         (
             Solver::Tsit5,
+            SolverBug::HangsOnZeroStep,
+            "ode_bad_input_is_typed_error",
+            "Tolerance(0.0), constant steps",
+        ),
+        (
+            Solver::Tsit5,
             SolverBug::OverrunsBudget,
             "ode_bad_input_is_typed_error",
             "MaxSteps accepted",
@@ -704,11 +715,16 @@ fn each_ode_law_fails_on_its_planted_bug_with_a_small_counterexample() {
             calls: Default::default(),
         });
         let opts = ode_suite::SuiteOptions {
-            time_limit: Duration::from_millis(if bug == SolverBug::HangsOnInfiniteTime {
-                300
-            } else {
-                5000
-            }),
+            time_limit: Duration::from_millis(
+                if matches!(
+                    bug,
+                    SolverBug::HangsOnInfiniteTime | SolverBug::HangsOnZeroStep
+                ) {
+                    300
+                } else {
+                    5000
+                },
+            ),
             ..ode_opts()
         };
         let r = ode_suite::check(solver, &opts);

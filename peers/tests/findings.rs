@@ -70,6 +70,11 @@ fn attempts(
 /// `y' = -y`, `y(0) = [1, 0.5]` over `[0, 1]` at `rtol = 1e-6`, `atol = 1e-8` with a step limit
 /// of `n_max`, with the crate's default controller settings: `(accepted + rejected, error)`.
 fn dopri5(n_max: u32) -> (u32, Option<String>) {
+    dopri5_at(n_max, 1e-6)
+}
+
+/// [`dopri5`] at `rtol`.
+fn dopri5_at(n_max: u32, rtol: f64) -> (u32, Option<String>) {
     let y0 = DVector::from_column_slice(&[1.0, 0.5]);
     let mut s = Dopri5::from_param(
         Decay,
@@ -77,7 +82,7 @@ fn dopri5(n_max: u32) -> (u32, Option<String>) {
         1.0,
         0.0,
         y0,
-        1e-6,
+        rtol,
         1e-8,
         0.9,
         0.04,
@@ -93,6 +98,11 @@ fn dopri5(n_max: u32) -> (u32, Option<String>) {
 }
 
 fn dop853(n_max: u32) -> (u32, Option<String>) {
+    dop853_at(n_max, 1e-6)
+}
+
+/// [`dop853`] at `rtol`.
+fn dop853_at(n_max: u32, rtol: f64) -> (u32, Option<String>) {
     let y0 = DVector::from_column_slice(&[1.0, 0.5]);
     let mut s = Dop853::from_param(
         Decay,
@@ -100,7 +110,7 @@ fn dop853(n_max: u32) -> (u32, Option<String>) {
         1.0,
         0.0,
         y0,
-        1e-6,
+        rtol,
         1e-8,
         0.9,
         0.0,
@@ -113,6 +123,22 @@ fn dop853(n_max: u32) -> (u32, Option<String>) {
         OutputType::Sparse,
     );
     attempts(s.integrate())
+}
+
+#[test]
+fn finding_dopri5_and_dop853_accept_a_zero_or_negative_rtol() {
+    // docs/findings/ode_solvers-nonpositive-rtol-accepted.md: with atol = 1e-8, y' = -y over
+    // [0, 1] is solved without an error under every rtol below
+    let mut attempts = Vec::new();
+    for rtol in [0.0, -1e-6, -1.0, 1e-6, 1.0] {
+        let (n5, e5) = dopri5_at(100_000, rtol);
+        let (n8, e8) = dop853_at(100_000, rtol);
+        assert_eq!((e5, e8), (None, None), "rtol {rtol}");
+        attempts.push((n5, n8));
+    }
+    // measured with ode_solvers 0.6.2: a negative rtol takes the steps of its magnitude
+    // rtol:       0        -1e-6   -1      1e-6    1
+    assert_eq!(attempts, [(13, 4), (7, 3), (2, 2), (7, 3), (2, 2)]);
 }
 
 #[test]

@@ -76,12 +76,19 @@ pub fn paired<'a, A, B>(
 /// use harness::laws::max_abs_difference;
 /// assert_eq!(max_abs_difference("y", &[1.0, 2.0], &[1.5, 2.0]), Ok(0.5));
 /// assert!(max_abs_difference("y", &[f64::NAN, 2.0], &[1.0, 2.0]).unwrap().is_nan());
+/// assert!(max_abs_difference("y", &[1.0, f64::NAN], &[1.0, 2.0]).unwrap().is_nan());
 /// assert!(max_abs_difference("y", &[], &[1.0]).is_err());
 /// ```
 pub fn max_abs_difference(what: &str, got: &[f64], want: &[f64]) -> Result<f64, String> {
     Ok(paired(what, got, want)?
         .map(|(g, w)| (g - w).abs())
-        .fold(0.0, |m: f64, d| if d.is_nan() { d } else { m.max(d) }))
+        .fold(0.0, |m: f64, d| {
+            if m.is_nan() || d.is_nan() {
+                f64::NAN
+            } else {
+                m.max(d)
+            }
+        }))
 }
 
 /// The first element whose bits differ between `got` and `want`, any NaN equal to any NaN:

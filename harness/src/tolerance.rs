@@ -291,3 +291,49 @@ pub fn snapshot_rounded(x: f64) -> f64 {
     let s = 10f64.powi(SNAPSHOT_DIGITS - 1 - x.abs().log10().floor() as i32);
     (x * s).round() / s
 }
+
+/// The error below which an order law stops reading the ratio of two errors
+/// ([`order_verdict`](crate::laws::ode::order_verdict)): the order problems' states are `O(1)`
+/// (`|y0| <= 2`), and a 32-step f64 solve rounds a few times per stage, so its round-off alone is
+/// `~ 32 x 10 x 2.2e-16 ~ 7e-14`; an error of `1e-13` or less is mostly round-off, and
+/// `log2(e(h) / e(h/2))` no longer measures the truncation order.
+pub const ORDER_ROUND_OFF_FLOOR: f64 = 1e-13;
+
+/// Accepted measured order `p_hat = log2(e(h) / e(h/2))` for a method of order `p` on the
+/// damped rotation ([`convergence_order`](crate::laws::ode::convergence_order)):
+/// `p - 0.25 <= p_hat <= p + 1.25`. The lower edge allows pre-asymptotic and round-off effects
+/// at the step sizes used (`(t1-t0)/16` and `/32`); the upper edge allows methods whose leading
+/// error term nearly cancels on this problem (Tsit5 measures 5.2-5.9 here, documented in
+/// `ode::solve`'s tests).
+pub const ORDER_BAND: (f64, f64) = (0.25, 1.25);
+
+/// Accepted measured order on `y' = (1 + t) A y`: at least `p - 0.5`, with no upper edge (an
+/// order above the claimed one is not a stage evaluated at the wrong time). Measured over 2000
+/// cases of [`rotation_case`](crate::laws::ode::rotation_case) for every reference method at 16 and 32 steps: `p_hat - p` from
+/// -0.41 (Tsit5) to +1.26 (Tsit5), Euler's and Heun's within [-0.20, 1.20]; a wrong node or a
+/// frozen time loses a whole order or more.
+pub const TIME_DEPENDENT_ORDER_BAND: (f64, f64) = (0.5, f64::INFINITY);
+
+/// Accepted global error per accepted step, in units of the local tolerance
+/// `rtol |y|max + atol`: each accepted step commits a local error below the tolerance,
+/// amplified along the solve at most by `e^{L T} <= e^4` on the suite's problems (`L <= 2`,
+/// `T <= 2`), with a factor 20 for the controllers' different error norms. The same constant
+/// bounds the round trip.
+pub const PROPORTIONALITY_K: f64 = 1e3;
+
+/// Largest `|orth(X^T) - orth(X)^T|` over entries allowed for *square* inputs, in units of the
+/// dtype's epsilon times `n` (non-square inputs must agree bit for bit). Measured: 3000 cases of
+/// the law's inputs (n <= 24, bounded coefficients, f32 and f64) pass at `16 n eps` and fail at
+/// `n eps` (5x5 f64: 1.6e-15); the bound keeps a factor 4 of margin: `64 n eps`.
+pub const SQUARE_TRANSPOSE_ULPS_PER_N: f64 = 64.0;
+
+/// Bound of [`planned_matches_composed`](crate::laws::muon::planned_matches_composed) in units of `m * eps` (`m` the small side). Measured
+/// with the plan on `gemm` 0.15 (`GemmKernel::Dfdx`): 3000 cases (sides <= 40) pass at 16 and
+/// fail at 1 (3x12 f32: 4.7e-7); a factor 4 of margin. Measured again on both kernels over 3000
+/// random f32 cases (sides 1-40, diagonal blocks 1-8, the standard coefficients, 5
+/// iterations): the largest difference from the composed form is 5.0 `m * eps` on 0.15 and 6.0
+/// on 0.19 (the default plan), a factor of more than 10 below the bound.
+pub const PLANNED_ULPS_PER_M: f64 = 64.0;
+
+/// Standard errors of the probe mean the Hutchinson estimate may lie from the exact trace.
+pub const HUTCHINSON_SIGMAS: f64 = 5.0;

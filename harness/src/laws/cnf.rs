@@ -385,8 +385,7 @@ pub fn exact_trace_matches_fd_with(c: &ModelCase, trace: TraceFn) -> Result<(), 
 
 /// Probes per Hutchinson test and the number of standard errors allowed.
 pub const HUTCHINSON_PROBES: usize = 4000;
-/// Standard errors of the probe mean the Hutchinson estimate may lie from the exact trace.
-pub const HUTCHINSON_SIGMAS: f64 = 5.0;
+pub use crate::tolerance::HUTCHINSON_SIGMAS;
 
 /// A probe generator: `(seed, count, d) -> count x d` probes.
 pub type ProbeGen = fn(u64, usize, usize) -> Vec<f64>;

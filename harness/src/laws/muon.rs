@@ -316,11 +316,7 @@ pub fn mat_case(max: usize) -> impl Strategy<Value = MatCase> {
         })
 }
 
-/// Largest `|orth(X^T) - orth(X)^T|` over entries allowed for *square* inputs, in units of the
-/// dtype's epsilon times `n` (non-square inputs must agree bit for bit). Measured: 3000 cases of
-/// the law's inputs (n <= 24, bounded coefficients, f32 and f64) pass at `16 n eps` and fail at
-/// `n eps` (5x5 f64: 1.6e-15); the bound keeps a factor 4 of margin: `64 n eps`.
-pub const SQUARE_TRANSPOSE_ULPS_PER_N: f64 = 64.0;
+pub use crate::tolerance::SQUARE_TRANSPOSE_ULPS_PER_N;
 
 /// `orth(X^T) == orth(X)^T` bit for bit for non-square `X` (the tall side is transposed onto the
 /// wide one exactly); within [`SQUARE_TRANSPOSE_ULPS_PER_N`] for square `X`. Also: the planned
@@ -390,13 +386,7 @@ fn transpose_e<A: Real, S: PlannedNs>(case: &MatCase, subject: &S) -> Result<(),
     Ok(())
 }
 
-/// Bound of [`planned_matches_composed`] in units of `m * eps` (`m` the small side). Measured
-/// with the plan on `gemm` 0.15 (`GemmKernel::Dfdx`): 3000 cases (sides <= 40) pass at 16 and
-/// fail at 1 (3x12 f32: 4.7e-7); a factor 4 of margin. Measured again on both kernels over 3000
-/// random f32 cases (sides 1-40, diagonal blocks 1-8, the standard coefficients, 5
-/// iterations): the largest difference from the composed form is 5.0 `m * eps` on 0.15 and 6.0
-/// on 0.19 (the default plan), a factor of more than 10 below the bound.
-pub const PLANNED_ULPS_PER_M: f64 = 64.0;
+pub use crate::tolerance::PLANNED_ULPS_PER_M;
 
 /// The planned form (symmetric products, workspace) agrees with the composed dfdx form within
 /// `PLANNED_ULPS_PER_M * m * eps` per entry (they round `A` and `B` differently: upper triangle +

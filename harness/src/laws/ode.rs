@@ -49,12 +49,7 @@ pub fn rotation_case() -> impl Strategy<Value = RotationCase> {
         })
 }
 
-/// Accepted measured order `p_hat = log2(e(h) / e(h/2))` for a method of order `p`:
-/// `p - 0.25 <= p_hat <= p + 1.25`. The lower edge allows pre-asymptotic and round-off effects
-/// at the step sizes used (`(t1-t0)/16` and `/32`); the upper edge allows methods whose leading
-/// error term nearly cancels on this problem (Tsit5 measures 5.2-5.9 here, documented in
-/// `ode::solve`'s tests).
-pub const ORDER_BAND: (f64, f64) = (0.25, 1.25);
+pub use crate::tolerance::{ORDER_BAND, ORDER_ROUND_OFF_FLOOR};
 
 /// Halving the constant step divides the error by about `2^p`, for every method.
 pub fn convergence_order(c: &RotationCase) -> Result<(), String> {
@@ -134,12 +129,7 @@ pub struct OrderProblem {
     pub band: (f64, f64),
 }
 
-/// Accepted measured order on `y' = (1 + t) A y`: at least `p - 0.5`, with no upper edge (an
-/// order above the claimed one is not a stage evaluated at the wrong time). Measured over 2000
-/// cases of [`rotation_case`] for every reference method at 16 and 32 steps: `p_hat - p` from
-/// -0.41 (Tsit5) to +1.26 (Tsit5), Euler's and Heun's within [-0.20, 1.20]; a wrong node or a
-/// frozen time loses a whole order or more.
-pub const TIME_DEPENDENT_ORDER_BAND: (f64, f64) = (0.5, f64::INFINITY);
+pub use crate::tolerance::TIME_DEPENDENT_ORDER_BAND;
 
 /// `f(t, y) = (1 + t) g(t, y)` ([`order_problems`]).
 struct Sped(Linear);
@@ -157,10 +147,10 @@ impl VectorField<f64> for Sped {
 
 /// The verdict of the order laws on the errors `e1` with 16 constant steps and `e2` with 32 of a
 /// method of order `p`: the measured order `log2(e1 / e2)` within `band` of `p`, unless `e2` is
-/// at round-off (below `1e-13`), where the ratio no longer measures the order. A NaN error
+/// at round-off (below [`ORDER_ROUND_OFF_FLOOR`]), where the ratio no longer measures the order. A NaN error
 /// fails.
 pub fn order_verdict(p: u32, band: (f64, f64), e1: f64, e2: f64) -> Result<(), String> {
-    if e2 < 1e-13 {
+    if e2 < ORDER_ROUND_OFF_FLOOR {
         return Ok(());
     }
     let p = p as f64;

@@ -225,12 +225,7 @@ impl Default for SuiteOptions {
     }
 }
 
-/// Accepted global error per accepted step, in units of the local tolerance
-/// `rtol |y|max + atol`: each accepted step commits a local error below the tolerance,
-/// amplified along the solve at most by `e^{L T} <= e^4` on the suite's problems (`L <= 2`,
-/// `T <= 2`), with a factor 20 for the controllers' different error norms. The same constant
-/// bounds the round trip.
-pub const PROPORTIONALITY_K: f64 = 1e3;
+pub use crate::tolerance::PROPORTIONALITY_K;
 
 /// Tolerances the adaptive laws use (`atol = rtol / 100`).
 pub const SUITE_RTOLS: [f64; 2] = [1e-4, 1e-6];

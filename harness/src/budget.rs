@@ -5,7 +5,11 @@
 //!
 //! The budget is `--max-memory` (bytes, with an optional `K`, `M`, `G` or `T` binary suffix),
 //! else `HARNESS_MAX_MEMORY`, else half of the memory the kernel reports available
-//! (`MemAvailable` in `/proc/meminfo`; 4 GiB where it cannot be read).
+//! (`MemAvailable` in `/proc/meminfo`; 4 GiB where it cannot be read). Whichever it is, it is
+//! capped by what this process may still allocate ([`process_headroom`]): the address-space and
+//! data-segment limits (`ulimit -v`, `ulimit -d`) less what the process already maps, and the
+//! memory cgroup's limit less its current use. Under such a limit an allocation past it fails,
+//! and Rust aborts on a failed allocation; capping the budget turns it into a refusal.
 //!
 //! ```
 //! use harness::budget::{parse_bytes, Budget};
@@ -38,8 +42,21 @@ impl Budget {
         }
     }
 
-    /// `flag` (`--max-memory`), else `HARNESS_MAX_MEMORY`, else half of `MemAvailable`.
+    /// `flag` (`--max-memory`), else `HARNESS_MAX_MEMORY`, else half of `MemAvailable`; then
+    /// capped by [`process_headroom`] when that is smaller.
     pub fn resolve(flag: Option<&str>) -> Result<Self, String> {
+        let chosen = Self::chosen(flag)?;
+        Ok(match process_headroom() {
+            Some(h) if h.bytes < chosen.bytes => Budget {
+                bytes: h.bytes,
+                source: h.source,
+            },
+            _ => chosen,
+        })
+    }
+
+    /// The budget before [`process_headroom`]'s cap.
+    fn chosen(flag: Option<&str>) -> Result<Self, String> {
         if let Some(v) = flag {
             return parse_bytes(v)
                 .map(|b| Budget {
@@ -74,9 +91,15 @@ impl Budget {
         if estimate <= self.bytes {
             Ok(())
         } else {
+            // a budget capped by the process's own limit is not raised by --max-memory
+            let advice = if self.source.starts_with("ulimit") || self.source.contains("cgroup") {
+                "use smaller sizes or run under a higher limit"
+            } else {
+                "use smaller sizes or raise --max-memory"
+            };
             Err(format!(
                 "{what} needs about {} (estimate), more than the memory budget of {} ({}); \
-                 use smaller sizes or raise --max-memory",
+                 {advice}",
                 human(estimate),
                 human(self.bytes),
                 self.source
@@ -113,6 +136,111 @@ pub fn mem_available() -> Option<u128> {
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u128 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// What this process may still allocate, and which limit says so: the smallest of
+/// - `RLIMIT_AS` (`ulimit -v`) less the process's mapped size (`VmSize` of `/proc/self/status`),
+/// - `RLIMIT_DATA` (`ulimit -d`) less its data segments (`VmData`),
+/// - its memory cgroup's `memory.max` less `memory.current` (cgroup v2), or
+///   `memory.limit_in_bytes` less `memory.usage_in_bytes` (v1).
+///
+/// `None` when no limit is set or none can be read (then only `MemAvailable` bounds).
+///
+/// ```
+/// // with no limits set it is None; under one it is what is left below it
+/// if let Some(h) = harness::budget::process_headroom() {
+///     assert!(!h.source.is_empty());
+/// }
+/// ```
+pub fn process_headroom() -> Option<Budget> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let status_kib = |key: &str| -> Option<u128> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        Some(line.split_whitespace().nth(1)?.parse::<u128>().ok()? * 1024)
+    };
+    let mut best: Option<Budget> = None;
+    let mut consider = |bytes: Option<u128>, source: &'static str| {
+        if let Some(b) = bytes {
+            if best.is_none_or(|x| b < x.bytes) {
+                best = Some(Budget { bytes: b, source });
+            }
+        }
+    };
+    consider(
+        rlimit(libc::RLIMIT_AS).map(|l| l.saturating_sub(status_kib("VmSize:").unwrap_or(0))),
+        "ulimit -v (RLIMIT_AS) less the memory this process maps",
+    );
+    consider(
+        rlimit(libc::RLIMIT_DATA).map(|l| l.saturating_sub(status_kib("VmData:").unwrap_or(0))),
+        "ulimit -d (RLIMIT_DATA) less this process's data",
+    );
+    consider(
+        cgroup_headroom(),
+        "the memory cgroup's limit less its current use",
+    );
+    best
+}
+
+/// The soft limit `resource` in bytes, `None` when unlimited or unreadable.
+fn rlimit(resource: libc::__rlimit_resource_t) -> Option<u128> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` through a valid pointer and reads nothing else.
+    let ok = unsafe { libc::getrlimit(resource, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur as u128)
+}
+
+/// `limit - usage` of this process's memory cgroup (v2, else v1); `None` without a limit. The
+/// group's directory is looked up from `/proc/self/cgroup`, and at the mount's root when that
+/// path is not there (inside a container the mount shows the container's own group).
+fn cgroup_headroom() -> Option<u128> {
+    let read = |p: String| std::fs::read_to_string(p).ok();
+    let number = |t: Option<String>| t.and_then(|t| t.trim().parse::<u128>().ok());
+    let groups = read("/proc/self/cgroup".into()).unwrap_or_default();
+    let path_of = |controller: &str| {
+        groups.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let wanted = if controller.is_empty() {
+                controllers.is_empty()
+            } else {
+                controllers.split(',').any(|c| c == controller)
+            };
+            wanted.then(|| path.trim_end_matches('/').to_string())
+        })
+    };
+    // (mount, the group's path under it, limit file, usage file); an unlimited v1 group
+    // reports a number near 2^63, v2 the word `max` (not a number)
+    let layouts = [
+        (
+            "/sys/fs/cgroup",
+            path_of(""),
+            "memory.max",
+            "memory.current",
+        ),
+        (
+            "/sys/fs/cgroup/memory",
+            path_of("memory"),
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+        ),
+    ];
+    layouts.iter().find_map(|(mount, path, limit, usage)| {
+        let dirs = [
+            format!("{mount}{}", path.as_deref().unwrap_or("")),
+            mount.to_string(),
+        ];
+        dirs.iter().find_map(|dir| {
+            let max = number(read(format!("{dir}/{limit}")))?;
+            if max >= 1 << 60 {
+                return None;
+            }
+            let used = number(read(format!("{dir}/{usage}"))).unwrap_or(0);
+            Some(max.saturating_sub(used))
+        })
+    })
 }
 
 /// Bytes in a readable unit.

@@ -74,6 +74,7 @@ enum Cmd {
     Bench {
         /// optim, muon, ode, cnf, stack, all; faces (each kernel in its fast form and its dfdx
         /// face); scaling (each kernel's time over a range of sizes, with a power-law fit)
+        #[arg(value_parser = ["optim", "muon", "ode", "cnf", "stack", "faces", "scaling", "all"])]
         area: String,
         /// Fewer repetitions (a smoke run; figures are noisier).
         #[arg(long)]
@@ -355,6 +356,11 @@ where
             against,
             dirs,
         } => match (area.as_str(), svg, against) {
+            (_, _, None) if dirs.upstream_dir.is_some() || dirs.venvs.is_some() => Err(Usage(
+                "--upstream-dir and --venvs locate the worker of --against; \
+                     without --against nothing reads them"
+                    .into(),
+            )),
             ("scaling", svg, None) => bench_scaling(quick, json, svg),
             ("scaling", _, Some(_)) => Err(Usage(
                 "--against: `bench scaling` has no upstream equivalent; time an area instead"
@@ -467,7 +473,7 @@ where
 
 fn save(json: Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), Usage> {
     match json {
-        Some(p) => write_json(&p, value).map_err(Usage),
+        Some(p) => write_json(&p, value).map_err(|e| Usage(format!("--json {e}"))),
         None => Ok(()),
     }
 }
@@ -678,6 +684,10 @@ fn bench(
             let loc = crate::upstream::Locations::new(dirs.upstream_dir, dirs.venvs);
             let prof = crate::upstream::Profile::resolve(&name, &loc)
                 .map_err(|e| Usage(e.replacen("--profile", "--against", 1)))?;
+            // a venv that was never set up is found now, not after minutes of timing
+            crate::upstream::worker::WorkerCommand::for_profile(&loc, &prof)
+                .check_interpreter()
+                .map_err(|e| Usage(format!("--against {name}: {e}")))?;
             Some((loc, prof))
         }
         None => None,
@@ -1232,7 +1242,7 @@ fn train_cnf_in<A: crate::backend::Real>(a: TrainArgs) -> Outcome {
         println!("wrote {}", path.display());
     }
     if let Some(path) = &a.json {
-        write_json(path, &report).map_err(|e| Usage(format!("--json {}: {e}", path.display())))?;
+        write_json(path, &report).map_err(|e| Usage(format!("--json {e}")))?;
     }
     Ok(true)
 }

@@ -176,6 +176,37 @@ fn zero_steps_zero_cases_and_unreadable_variables_are_usage_errors() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// Under an address-space limit (`ulimit -v`) an allocation past it fails and Rust aborts; the
+/// budget is capped by the limit, so a model that fits the given budget but not the limit is
+/// refused before it is built, even with a larger `HARNESS_MAX_MEMORY`. (Without the cap this
+/// run aborted with status 134 at 1.3 GB: the stack's list-then-stack build peaks at 2 GiB.)
+#[test]
+fn a_process_memory_limit_caps_the_budget_instead_of_aborting() {
+    let d = scratch("ulimit");
+    let out = Command::new("/bin/sh")
+        .current_dir(&d)
+        .args([
+            "-c",
+            "ulimit -v 1300000 && exec \"$0\" \"$@\"",
+            env!("CARGO_BIN_EXE_harness"),
+            "init-peaks",
+            "--layers",
+            "8",
+            "--width",
+            "2048",
+            "--hidden",
+            "8192",
+        ])
+        .env("HARNESS_MAX_MEMORY", "8G")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("ulimit -v (RLIMIT_AS)"), "{err}");
+    assert!(err.contains("run under a higher limit"), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 #[test]
 fn sizes_that_cannot_fit_are_refused_before_any_allocation() {
     let d = scratch("sizes");
@@ -478,6 +509,47 @@ fn bench_json_records_the_host_and_the_limits_that_moved() {
     let listed = v["moved_limits"].as_array().unwrap();
     assert_eq!(listed.len(), usize::from(moved), "{v}");
     assert!(stdout.contains("limits read before and after their figures: 1, "));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn bench_refuses_an_unknown_area_stray_upstream_dirs_and_a_venv_never_set_up_before_timing() {
+    let d = scratch("bench-args");
+    // clap's own error (exit 2) lists the areas
+    let out = harness()
+        .current_dir(&d)
+        .args(["bench", "bogus"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("possible values: optim, muon"), "{err}");
+    refused(
+        &d,
+        &["bench", "optim", "--upstream-dir", "."],
+        &[],
+        "without --against nothing reads them",
+    );
+    refused(
+        &d,
+        &["bench", "scaling", "--venvs", "."],
+        &[],
+        "without --against nothing reads them",
+    );
+    // the worker's interpreter is looked for before the minutes of timing, not after
+    refused(
+        &d,
+        &[
+            "bench",
+            "all",
+            "--against",
+            "current",
+            "--venvs",
+            "no-venvs",
+        ],
+        &[],
+        "no interpreter at no-venvs/current/bin/python",
+    );
     std::fs::remove_dir_all(&d).unwrap();
 }
 

@@ -156,8 +156,13 @@ fn probe_writable(flag: &str, path: &Path) -> Result<(), String> {
     let tmp = temp_beside(path);
     let dir = tmp.parent().map(Path::to_path_buf).unwrap_or_default();
     if !dir.as_os_str().is_empty() && !dir.is_dir() {
+        let what = if dir.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
         return Err(format!(
-            "{flag} {}: the directory {} does not exist",
+            "{flag} {}: the directory {} {what}",
             path.display(),
             dir.display()
         ));
@@ -184,8 +189,40 @@ fn is_special(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
-/// `path` opened for writing as it is (not created, not truncated, not replaced).
+/// `path` opened for writing as it is (not created, not truncated, not replaced). A pipe with
+/// no reader is an error at once, not a wait for a reader that may never come.
 fn open_in_place(path: &Path) -> std::io::Result<std::fs::File> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        use std::os::unix::io::AsRawFd;
+        if std::fs::metadata(path)?.file_type().is_fifo() {
+            // opening a pipe's writing end without O_NONBLOCK blocks until a reader opens it;
+            // with it the open fails with ENXIO when there is none
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::ENXIO) => std::io::Error::new(
+                        std::io::ErrorKind::BrokenPipe,
+                        "no process is reading this pipe",
+                    ),
+                    _ => e,
+                })?;
+            // writes block again, so a slow reader gets every byte
+            // SAFETY: F_GETFL/F_SETFL on a descriptor this function owns.
+            unsafe {
+                let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+                if flags < 0
+                    || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            return Ok(f);
+        }
+    }
     std::fs::OpenOptions::new().write(true).open(path)
 }
 
@@ -283,6 +320,38 @@ mod tests {
             .is_symlink());
         assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
         assert_eq!(drained(reader), b"{}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_pipe_nobody_reads_is_refused_at_once_not_waited_on() {
+        let (dir, fifo, reader) = pipe_in_scratch("fifo-no-reader");
+        drop(reader);
+        let err = Outputs::new().output("--json", &fifo).check().unwrap_err();
+        assert!(
+            err.contains("--json") && err.contains("no process is reading this pipe"),
+            "{err}"
+        );
+        let err = write_atomic(&fifo, b"[1]").unwrap_err();
+        assert!(err.contains("no process is reading this pipe"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_output_under_a_file_names_the_file_as_no_directory() {
+        let dir = std::env::temp_dir().join(format!("harness-under-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("plain"), b"x").unwrap();
+        let err = Outputs::new()
+            .output("--json", dir.join("plain/x.json"))
+            .check()
+            .unwrap_err();
+        assert!(err.contains("plain is not a directory"), "{err}");
+        let err = Outputs::new()
+            .output("--json", dir.join("absent/x.json"))
+            .check()
+            .unwrap_err();
+        assert!(err.contains("absent does not exist"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

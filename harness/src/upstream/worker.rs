@@ -107,6 +107,27 @@ impl WorkerCommand {
         }
     }
 
+    /// `Err(InterpreterMissing)` when the program is a path (not a name looked up on `PATH`)
+    /// that does not exist: a cheap check before work that the worker will join later.
+    pub fn check_interpreter(&self) -> Result<()> {
+        if self.program.components().count() > 1 && !self.program.exists() {
+            return Err(self.interpreter_missing());
+        }
+        Ok(())
+    }
+
+    fn interpreter_missing(&self) -> Error {
+        worker_error(
+            &self.profile,
+            Kind::InterpreterMissing,
+            format!(
+                "no interpreter at {} (run `harness upstream setup --profile {}`)",
+                self.program.display(),
+                self.profile
+            ),
+        )
+    }
+
     /// `/bin/sh -c SCRIPT`: a stand-in worker for tests (prints garbage, exits, sleeps, ...).
     pub fn shell(profile: &str, script: &str) -> Self {
         Self {
@@ -288,19 +309,8 @@ impl Worker {
     /// (with the hint to run `harness upstream setup`).
     pub fn spawn(cmd: &WorkerCommand) -> Result<Worker> {
         let profile = cmd.profile.clone();
-        let missing = || {
-            worker_error(
-                &profile,
-                Kind::InterpreterMissing,
-                format!(
-                    "no interpreter at {} (run `harness upstream setup --profile {profile}`)",
-                    cmd.program.display()
-                ),
-            )
-        };
-        if cmd.program.components().count() > 1 && !cmd.program.exists() {
-            return Err(missing());
-        }
+        let missing = || cmd.interpreter_missing();
+        cmd.check_interpreter()?;
         let mut command = Command::new(&cmd.program);
         command
             .args(&cmd.args)

@@ -79,7 +79,9 @@ impl Dataset {
                     Err(Error::InvalidHyper {
                         name: "data",
                         value: other.into(),
-                        expected: "two-moons, checkerboard, or a greyscale .pgm image path".into(),
+                        expected: "two-moons, checkerboard, or a greyscale PGM image \
+                                   (a path ending in .pgm, or image:PATH for any other name)"
+                            .into(),
                     })
                 }
             }

@@ -113,6 +113,21 @@ fn an_output_naming_an_input_is_refused_and_the_input_is_untouched() {
         &[],
         "is an input or inside one",
     );
+    // a refused report leaves no directory behind, whichever check refuses it
+    refused(
+        &d,
+        &["check", "--law", "no-such-law", "--report", "fresh/rep"],
+        &[],
+        "no law matches",
+    );
+    std::fs::write(d.join("plain"), b"x").unwrap();
+    refused(
+        &d,
+        &["check", "--report", "plain/rep"],
+        &[],
+        "--report plain/rep:",
+    );
+    assert!(!d.join("rep").exists() && !d.join("fresh").exists());
     assert_eq!(std::fs::read(d.join("r.pgm")).unwrap(), pgm);
     assert_eq!(std::fs::read(d.join("case.json")).unwrap(), case);
     assert!(!d.join("same.out").exists() && !d.join("cases/results.json").exists());

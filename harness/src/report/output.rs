@@ -54,7 +54,8 @@ impl Outputs {
             None => self,
         }
     }
-    /// A directory the command writes files into (created if missing).
+    /// A directory the command writes files into (created by the command when missing; never
+    /// by [`Outputs::check`]).
     pub fn output_dir(mut self, flag: &str, path: impl AsRef<Path>) -> Self {
         self.dirs
             .push((flag.to_string(), path.as_ref().to_path_buf()));
@@ -124,8 +125,18 @@ impl Outputs {
                     i.display()
                 ));
             }
-            std::fs::create_dir_all(dir).map_err(|e| format!("{flag} {}: {e}", dir.display()))?;
-            probe_writable(flag, &dir.join(".harness-write-probe"))?;
+            // nothing is created before the command's own checks pass: the directory, or the
+            // nearest of its ancestors that exists (where the command will create it), must be
+            // a writable directory
+            let existing = abs.ancestors().find(|a| a.exists()).unwrap_or(&abs);
+            if !existing.is_dir() {
+                return Err(format!(
+                    "{flag} {}: {} is not a directory",
+                    dir.display(),
+                    existing.display()
+                ));
+            }
+            probe_writable(flag, &existing.join(".harness-write-probe"))?;
         }
         Ok(())
     }

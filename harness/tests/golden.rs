@@ -172,3 +172,48 @@ fn explained_upstream_mismatches_stay_within_the_librarys_own_rounding() {
         );
     }
 }
+
+/// A case's work is weighed from its sizes before any of it is done: a `cnf` case whose
+/// configuration asks for more than `MAX_REPLAY_FLOPS` is refused (before its weights are even
+/// read: this one has the weights of a width-8 model), and a line search may not ask for more
+/// than `MAX_BACKTRACKING_STEPS` evaluations per update.
+#[test]
+fn a_case_asking_for_unbounded_work_is_refused_with_its_estimate() {
+    let edited = |rel: &str, edit: &dyn Fn(&mut serde_json::Value)| {
+        let path = root().join("fixtures/golden").join(rel);
+        let mut doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(&mut doc);
+        let text = serde_json::to_string(&doc).unwrap();
+        let case = harness::golden::Case::parse("edited", &text).unwrap();
+        harness::golden::replay(&case).map(|r| (r.passed, r.detail))
+    };
+    let start = std::time::Instant::now();
+    let err = edited("cnf/cnf-2d-1block.json", &|c| {
+        c["model"]["width"] = serde_json::json!(4096);
+        c["model"]["depth"] = serde_json::json!(64);
+        c["model"]["blocks"] = serde_json::json!(16);
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("floating-point operations") && err.contains("MAX_REPLAY_FLOPS"),
+        "{err}"
+    );
+    // the committed case itself is well inside the bound and passes
+    let (passed, detail) = edited("cnf/cnf-2d-1block.json", &|_| {}).unwrap();
+    assert!(passed, "{detail}");
+    let err = edited("linesearch-rosenbrock-10d-f64.json", &|c| {
+        c["hyper"]["max_backtracking_steps"] = serde_json::json!(1_000_000);
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("max_backtracking_steps = 1000000"), "{err}");
+    let (passed, detail) = edited("linesearch-rosenbrock-10d-f64.json", &|c| {
+        c["hyper"]["max_backtracking_steps"] =
+            serde_json::json!(harness::golden::MAX_BACKTRACKING_STEPS);
+    })
+    .unwrap();
+    assert!(passed, "{detail}");
+    assert!(start.elapsed().as_secs() < 60);
+}

@@ -109,18 +109,48 @@ fn weights<A: Real>(case: &Case, cfg: &CnfConfig) -> Result<Vec<Vec<A>>> {
         .collect()
 }
 
+/// Steps of one block: `ceil((t1 - t0) / dt0)`, the last one shortened to land on `t1`.
+fn steps(cfg: &CnfConfig) -> f64 {
+    ((cfg.t1 - cfg.t0) / cfg.dt0).ceil()
+}
+
+/// The arithmetic of replaying `points` points: per point, block, step and stage one field
+/// evaluation, `sum over layers of 2 in out` multiply-adds for the primal and as many again for
+/// each of the `data_size` tangent rows of the exact trace.
+fn replay_flops(cfg: &CnfConfig, points: usize) -> f64 {
+    let layers: f64 = cfg
+        .layer_dims()
+        .iter()
+        .map(|&(i, o)| 2.0 * i as f64 * o as f64)
+        .sum();
+    let stages = cfg.solver.tableau().stages() as f64;
+    points as f64 * cfg.blocks as f64 * steps(cfg) * stages * layers * (1 + cfg.data_size) as f64
+}
+
 fn run<A: Real>(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
     let cfg = config(case)?;
     cfg.validate()
         .map_err(|e| case.err(format!("model: {e}")))?;
-    let blocks = weights::<A>(case, &cfg)?;
-    let params = CnfParams::from_blocks(cfg, blocks).map_err(|e| case.err(e.to_string()))?;
     let x: Array<A> = parse_tensor(case, case.at("x")?, "x")?;
     if x.shape().len() != 2 || x.shape()[1] != cfg.data_size {
         return Err(case.err(format!(
             "x: shape {:?}, want [n, {}]",
             x.shape(),
             cfg.data_size
+        )));
+    }
+    let flops = replay_flops(&cfg, x.shape()[0]);
+    if flops > super::MAX_REPLAY_FLOPS {
+        return Err(case.err(format!(
+            "replaying {} points through {} block(s) of width {}, depth {} at {} steps would take \
+             about {flops:.1e} floating-point operations, more than the {:.0e} a golden case may \
+             ask for (MAX_REPLAY_FLOPS); split the points over several cases",
+            x.shape()[0],
+            cfg.blocks,
+            cfg.width,
+            cfg.depth,
+            steps(&cfg),
+            super::MAX_REPLAY_FLOPS
         )));
     }
     let want: Array<f64> = parse_tensor(case, case.at("expected/log_prob")?, "expected.log_prob")?;
@@ -131,6 +161,8 @@ fn run<A: Real>(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
             x.shape()[0]
         )));
     }
+    let blocks = weights::<A>(case, &cfg)?;
+    let params = CnfParams::from_blocks(cfg, blocks).map_err(|e| case.err(e.to_string()))?;
     let got = log_likelihood_with(&params, x.data(), None, face)?;
     let got = Array::new(vec![got.len()], got).map_err(|e| case.err(e.to_string()))?;
     cmp.array("log_prob", &got, &want);

@@ -12,6 +12,13 @@ use crate::reference::Face;
 use crate::tree::{apply_updates, Tree};
 use crate::{Error, Result};
 
+/// Most backtracking steps per update a golden case may ask for. Each costs one evaluation of
+/// the objective and its gradient over every parameter, and a search that never meets its
+/// condition (a NaN value) takes all of them at every update, so the replay's work is this
+/// times the parameters times the updates. With the default decrease factor 0.8 the step after
+/// 1000 halvings is `0.8^1000 ~ 1e-97`, below every float's resolution: no search needs more.
+pub const MAX_BACKTRACKING_STEPS: u32 = 1000;
+
 /// Replay a `linesearch` case (SGD with backtracking on one of the fixture objectives) through
 /// the kernels of `face`, in the case's dtype, recording every comparison in `cmp`.
 pub fn replay(case: &Case, cmp: &mut Comparator, face: Face) -> Result<()> {
@@ -33,6 +40,12 @@ pub fn parse_hyper(case: &Case) -> Result<BacktrackingHyper> {
         .as_u64()
         .and_then(|n| u32::try_from(n).ok())
         .ok_or_else(|| case.err("hyper.max_backtracking_steps must be a non-negative integer"))?;
+    if steps > MAX_BACKTRACKING_STEPS {
+        return Err(case.err(format!(
+            "hyper.max_backtracking_steps = {steps} is beyond the {MAX_BACKTRACKING_STEPS} a \
+             golden case may ask for (optax's default is 15)"
+        )));
+    }
     let mut h = BacktrackingHyper::new(steps);
     for (k, v) in obj {
         let num = || parse_number(v).ok_or_else(|| case.err(format!("hyper.{k} must be a number")));

@@ -14,7 +14,7 @@ pub use ode::GoldenProblem;
 
 pub use compare::{error_over_tolerance, Comparator};
 pub use format::{parse_number, parse_tensor, parse_tree, Case};
-pub use linesearch::parse_hyper as linesearch_hyper;
+pub use linesearch::{parse_hyper as linesearch_hyper, MAX_BACKTRACKING_STEPS};
 
 use crate::reference::Face;
 use crate::{Error, Result};
@@ -46,6 +46,17 @@ pub struct CaseResult {
 /// Largest golden file read (bytes): the committed cases are at most a few hundred KiB, and
 /// parsing holds several times the text in memory. Larger files are refused before reading.
 pub const MAX_CASE_BYTES: u64 = 64 << 20;
+
+/// Most arithmetic one golden case may ask its replay for (floating-point operations, as
+/// estimated from the case's sizes before any of it is done). The cases a file can hold are
+/// otherwise bounded only by [`MAX_CASE_BYTES`], and a `cnf` case's cost grows with its steps,
+/// width and points far faster than its text: a case of 1000 two-dimensional points through a
+/// width-64, depth-3 block at 4096 steps is 100 KB and 1.5e12 operations. `1e12` is about a
+/// minute of the CNF kernels on the two-core machines the workspace is measured on (the CNF
+/// training step reaches 70-110 GFLOP/s in f64 there, `docs/PERFORMANCE.md`), and 10^5 times
+/// the largest committed case (`cnf-2d-2block-w32-d2`: 7.7e6). A larger case is refused with
+/// its estimate; split its points over several cases.
+pub const MAX_REPLAY_FLOPS: f64 = 1e12;
 
 /// Files named by `paths`: files as given, directories searched recursively for `*.json`
 /// (sorted, so runs are deterministic). Each file is listed once, however many paths or

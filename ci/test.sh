@@ -32,6 +32,16 @@ for bug in buggy buggy-count; do
         exit 1
     fi
 done
+step "the custom solver example"
+# The ODE suite on a user-written Bogacki-Shampine solver: every law passes on `good`; each
+# planted bug must fail (exit 1).
+"$bin/examples/custom_solver" good
+for bug in buggy-node buggy-budget buggy-tol; do
+    if "$bin/examples/custom_solver" "$bug"; then
+        echo "custom_solver $bug: the planted bug was not caught" >&2
+        exit 1
+    fi
+done
 step "peers"
 # The laws on Rust crates written elsewhere: exit 0 once it ran (findings are rows, not failures).
 "$bin/peers" --json target/peers.json > /dev/null

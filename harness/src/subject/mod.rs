@@ -20,7 +20,9 @@
 //! `harness/examples/custom_optimizer.rs`:
 //! `cargo run --release -p harness --example custom_optimizer -- good` (every law passes) or
 //! `-- buggy` (a step counter hashed into the staging key; `optimizer_one_trace` fails and
-//! prints the counterexample).
+//! prints the counterexample). For an ODE solver, `harness/examples/custom_solver.rs` puts a
+//! user-written Bogacki–Shampine 3(2) under [`ode::check`]: `-- good` passes every law, and
+//! `-- buggy-node`, `-- buggy-budget` and `-- buggy-tol` each fail one.
 
 pub mod ode;
 pub mod optimizer;

@@ -22,9 +22,10 @@
 
 use harness::backend::{Array, DType, Float};
 use harness::optim::Transform;
-use harness::reference::{Error, Result};
+
 use harness::stage::{HasSignature, KeyHasher, LeafSig, Signature};
 use harness::subject::optimizer::{self, Algorithm, OptimizerSpec, Staged, SuiteOptions};
+use harness::subject::{Error, Result};
 use harness::tree::Tree;
 use std::cell::Cell;
 use std::process::ExitCode;

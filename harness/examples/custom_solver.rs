@@ -29,8 +29,8 @@
 //! - E. Hairer, S. P. Nørsett, G. Wanner, *Solving Ordinary Differential Equations I*, 2nd ed.,
 //!   §II.4 (the error norm, the controller and the starting step).
 
-use harness::reference::{Error, Result};
 use harness::subject::ode::{self, OdeSolver, SolveReport, SolveRequest, Stepping, SuiteOptions};
+use harness::subject::{Error, Result};
 use std::process::ExitCode;
 use std::sync::Arc;
 

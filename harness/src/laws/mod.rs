@@ -377,15 +377,55 @@ where
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
     let mut runner = TestRunner::new_with_rng(config, rng);
-    match runner.run(&strategy, |v| {
-        property(&v).map_err(proptest::test_runner::TestCaseError::fail)
-    }) {
+    // a subject that panics does so again at every shrinking step: the runner turns each panic
+    // into a failing case with its message, so the default hook's report of it is noise
+    let outcome = quiet_panics(|| {
+        runner.run(&strategy, |v| {
+            property(&v).map_err(proptest::test_runner::TestCaseError::fail)
+        })
+    });
+    match outcome {
         Ok(()) => Ok(()),
         Err(TestError::Fail(reason, value)) => Err(format!(
             "{reason}{COUNTEREXAMPLE_LINE}{value:?}\nreplay: {replay}"
         )),
         Err(TestError::Abort(reason)) => Err(format!("aborted: {reason}")),
     }
+}
+
+thread_local! {
+    /// Whether [`quiet_panics`] is running on this thread.
+    static QUIET_PANICS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with the panic hook silent on this thread: a panic inside `f` unwinds as usual (and is
+/// caught or propagated as usual) but prints nothing, for callers that catch panics and report
+/// the message themselves (the property runner; the ODE suite's solver threads). On every other
+/// thread, and after `f`, the hook that was installed before (the default, or the program's own)
+/// runs as before.
+///
+/// ```
+/// let caught = harness::laws::quiet_panics(|| std::panic::catch_unwind(|| panic!("boom")));
+/// assert!(caught.is_err()); // and nothing was printed
+/// ```
+pub fn quiet_panics<R>(f: impl FnOnce() -> R) -> R {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET_PANICS.with(std::cell::Cell::get) {
+                previous(info)
+            }
+        }));
+    });
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            QUIET_PANICS.with(|q| q.set(self.0));
+        }
+    }
+    let _restore = Restore(QUIET_PANICS.with(|q| q.replace(true)));
+    f()
 }
 
 /// `Ok` when the two trees are bit-identical (same names, shapes and element bits; any two NaNs

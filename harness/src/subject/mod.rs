@@ -27,6 +27,11 @@
 pub mod ode;
 pub mod optimizer;
 
+/// The error and result types the subject traits return: the reference crate's
+/// ([`crate::reference::Error`]), re-exported here beside the traits. `harness::Error` is another
+/// type, the harness's own (golden files, workers, reports); a subject never returns it.
+pub use crate::reference::{Error, Result};
+
 pub use crate::laws::cnf::TrainSubject;
 pub use crate::laws::linesearch::TraceSubject as LineSearchSubject;
 pub use crate::laws::ode::{GradProblem, GradientSubject, SolveSubject};

@@ -182,8 +182,10 @@ pub fn solve_within(
     let spawned = std::thread::Builder::new()
         .name("ode-subject".into())
         .spawn(move || {
-            let r =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| solver.solve(&request)));
+            // the panic's message is the verdict's; the hook's report of it would be noise
+            let r = crate::laws::quiet_panics(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| solver.solve(&request)))
+            });
             let _ = tx.send(match r {
                 Ok(Ok(rep)) => Outcome::Solved(rep),
                 Ok(Err(e)) => Outcome::Refused(e.to_string()),

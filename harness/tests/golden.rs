@@ -176,7 +176,7 @@ fn explained_upstream_mismatches_stay_within_the_librarys_own_rounding() {
 /// A case's work is weighed from its sizes before any of it is done: a `cnf` case whose
 /// configuration asks for more than `MAX_REPLAY_FLOPS` is refused (before its weights are even
 /// read: this one has the weights of a width-8 model), and a line search may not ask for more
-/// than `MAX_BACKTRACKING_STEPS` evaluations per update.
+/// than `MAX_GOLDEN_BACKTRACKING_STEPS` evaluations per update.
 #[test]
 fn a_case_asking_for_unbounded_work_is_refused_with_its_estimate() {
     let edited = |rel: &str, edit: &dyn Fn(&mut serde_json::Value)| {
@@ -211,7 +211,7 @@ fn a_case_asking_for_unbounded_work_is_refused_with_its_estimate() {
     assert!(err.contains("max_backtracking_steps = 1000000"), "{err}");
     let (passed, detail) = edited("linesearch-rosenbrock-10d-f64.json", &|c| {
         c["hyper"]["max_backtracking_steps"] =
-            serde_json::json!(harness::golden::MAX_BACKTRACKING_STEPS);
+            serde_json::json!(harness::golden::MAX_GOLDEN_BACKTRACKING_STEPS);
     })
     .unwrap();
     assert!(passed, "{detail}");

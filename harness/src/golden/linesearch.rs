@@ -17,7 +17,9 @@ use crate::{Error, Result};
 /// condition (a NaN value) takes all of them at every update, so the replay's work is this
 /// times the parameters times the updates. With the default decrease factor 0.8 the step after
 /// 1000 halvings is `0.8^1000 ~ 1e-97`, below every float's resolution: no search needs more.
-pub const MAX_BACKTRACKING_STEPS: u32 = 1000;
+/// (The reference itself accepts up to [`crate::optim::linesearch::backtracking::MAX_BACKTRACKING_STEPS`] from
+/// a caller who asks; a golden file is input, and is bounded tighter.)
+pub const MAX_GOLDEN_BACKTRACKING_STEPS: u32 = 1000;
 
 /// Replay a `linesearch` case (SGD with backtracking on one of the fixture objectives) through
 /// the kernels of `face`, in the case's dtype, recording every comparison in `cmp`.
@@ -40,9 +42,9 @@ pub fn parse_hyper(case: &Case) -> Result<BacktrackingHyper> {
         .as_u64()
         .and_then(|n| u32::try_from(n).ok())
         .ok_or_else(|| case.err("hyper.max_backtracking_steps must be a non-negative integer"))?;
-    if steps > MAX_BACKTRACKING_STEPS {
+    if steps > MAX_GOLDEN_BACKTRACKING_STEPS {
         return Err(case.err(format!(
-            "hyper.max_backtracking_steps = {steps} is beyond the {MAX_BACKTRACKING_STEPS} a \
+            "hyper.max_backtracking_steps = {steps} is beyond the {MAX_GOLDEN_BACKTRACKING_STEPS} a \
              golden case may ask for (optax's default is 15)"
         )));
     }

@@ -14,7 +14,7 @@ pub use ode::GoldenProblem;
 
 pub use compare::{error_over_tolerance, Comparator};
 pub use format::{parse_number, parse_tensor, parse_tree, Case};
-pub use linesearch::{parse_hyper as linesearch_hyper, MAX_BACKTRACKING_STEPS};
+pub use linesearch::{parse_hyper as linesearch_hyper, MAX_GOLDEN_BACKTRACKING_STEPS};
 
 use crate::reference::Face;
 use crate::{Error, Result};

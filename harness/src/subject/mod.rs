@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | Adam-family optimizers | [`Optimizer`] (init/update over named f32/f64 tensors; state signature; trace count) | [`optimizer::check`] |
 //! | line search | [`LineSearchSubject`] (init and the staged update of `sgd + backtracking`) | `laws::linesearch::trace_once` |
+//! | a backtracking line search, one search a call | [`linesearch::BacktrackingSearch`] (a black box: start, direction, `alpha_0`, `c`, `rho`, trials; answers the point) | [`linesearch::check`] |
 //! | ODE solvers | [`OdeSolver`] (a black-box solver reporting its steps) or a tableau ([`crate::ode::Tableau`]) through the reference stepper | [`ode::check`] |
 //! | gradients through a solve | [`GradientSubject`] (full tape and checkpointed) | `laws::ode::*_with` |
 //! | a whole solve, observed step by step | [`SolveSubject`] (the reference's `solve_observed` interface: any tableau, controller, face, f32/f64) | `laws::ode::{step_control, round_trip, bad_input_is_typed_error, solve_faces_agree}_with` |
@@ -24,6 +25,7 @@
 //! user-written Bogacki–Shampine 3(2) under [`ode::check`]: `-- good` passes every law, and
 //! `-- buggy-node`, `-- buggy-budget` and `-- buggy-tol` each fail one.
 
+pub mod linesearch;
 pub mod ode;
 pub mod optimizer;
 

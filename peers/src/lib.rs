@@ -7,6 +7,7 @@
 //! | `ode_solvers` | 0.6.2 | `Dopri5`, `Dop853` (adaptive), `Rk4` (constant steps), through [`ode_solvers_adapter`] |
 //! | `diffsol` | 0.18.0 | `ExplicitRk` with the `Tsit45` tableau (adaptive), through [`diffsol_adapter`] |
 //! | `candle-optimisers` | 0.10.2 | `Adam` (the optimizer suite, optax's convention, and PyTorch's), `AdamW` (decoupled weight decay 1e-2), `RAdam` and `NAdam` (momentum decay 4e-3): the optimizer suite's laws with the reference in PyTorch's convention ([`pytorch_convention`]), on `candle-core` 0.10.2's CPU device, through [`candle_optimisers_adapter`] |
+//! | `argmin` | 0.11.0 | `BacktrackingLineSearch` with `ArmijoCondition` (the line-search suite, `harness::subject::linesearch`), through [`argmin_adapter`] |
 //! | `candle-nn` | 0.10.2 | a stack of linear layers built through `VarMap`/`VarBuilder` in f32 then cast to f16, or directly in f16: measured peaks against the reference's analytic bounds, through [`candle_nn_stack_adapter`] |
 //!
 //! A failing row is a finding about the peer, not a failure of the run: the adapters pass the
@@ -24,6 +25,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod argmin_adapter;
 pub mod candle_nn_stack_adapter;
 pub mod candle_optimisers_adapter;
 pub mod diffsol_adapter;
@@ -34,6 +36,7 @@ pub mod pytorch_convention;
 use candle_optimisers_adapter::CandleOptimiser;
 use harness::laws::{check_property_replayed_by, timed, Family, LawReport};
 use harness::reference;
+use harness::subject::linesearch::{self, BacktrackingSearch};
 use harness::subject::ode::{self, OdeSolver, SuiteOptions};
 use harness::subject::optimizer::{self, Factory, SuiteReport};
 use pytorch_convention::{Compared, Torch};
@@ -65,6 +68,8 @@ pub struct RunOptions {
     /// The optimizer suite's options (cases per law, seed, whether the memory law runs: it needs
     /// `harness::install_counting_allocator!` in the binary).
     pub optimizer: optimizer::SuiteOptions,
+    /// The line-search suite's options.
+    pub linesearch: linesearch::SuiteOptions,
 }
 
 impl Default for RunOptions {
@@ -76,6 +81,7 @@ impl Default for RunOptions {
             },
             // 64 cases: the suite asks for Adam in about one case in ten
             optimizer: optimizer::SuiteOptions::default(),
+            linesearch: linesearch::SuiteOptions::default(),
         }
     }
 }
@@ -163,6 +169,15 @@ pub fn run(opts: &RunOptions) -> Vec<Row> {
             &report.not_applicable,
         );
     }
+    let argmin = Arc::new(argmin_adapter::Argmin);
+    let subject = argmin.name();
+    let report = linesearch::check(argmin, &opts.linesearch);
+    push_rows(
+        &mut rows,
+        ("argmin", argmin_adapter::VERSION, &subject),
+        &report.laws,
+        &report.not_applicable,
+    );
     let cfg = candle_nn_stack_adapter::table_config();
     for (path, law, verdict) in
         candle_nn_stack_adapter::check(&cfg, &candle_nn_stack_adapter::build)

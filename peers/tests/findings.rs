@@ -1,5 +1,5 @@
 //! Reproductions of the findings in `docs/findings/` about the peers (`ode_solvers-*.md`,
-//! `diffsol-*.md`, `candle-optimisers-*.md`): each test passes while the pinned release behaves as observed; a
+//! `diffsol-*.md`, `candle-optimisers-*.md`, `argmin-*.md`): each test passes while the pinned release behaves as observed; a
 //! fixed release makes it fail, which is the signal to update the conformance table and the
 //! write-up.
 
@@ -557,4 +557,92 @@ fn finding_candle_nn_model_cast_with_to_dtype_keeps_every_f32_variable_alive() {
     assert!(d.held_bytes < m.final_bytes + f32_bytes / 8, "{d:?}");
     // the peak is the same either way: every f32 layer and its cast are alive at once
     assert!(d.peak_bytes >= m.final_bytes + f32_bytes, "{d:?}");
+}
+
+/// The 2-d Rosenbrock function from `(-1.2, 1)` as an argmin problem, counting its costs.
+struct CountedRosenbrock(std::cell::Cell<usize>);
+
+impl argmin::core::CostFunction for CountedRosenbrock {
+    type Param = Vec<f64>;
+    type Output = f64;
+    fn cost(&self, x: &Vec<f64>) -> Result<f64, argmin::core::Error> {
+        self.0.set(self.0.get() + 1);
+        Ok(100.0 * (x[1] - x[0] * x[0]).powi(2) + (1.0 - x[0]).powi(2))
+    }
+}
+
+impl argmin::core::Gradient for CountedRosenbrock {
+    type Param = Vec<f64>;
+    type Gradient = Vec<f64>;
+    fn gradient(&self, x: &Vec<f64>) -> Result<Vec<f64>, argmin::core::Error> {
+        Ok(vec![
+            -400.0 * x[0] * (x[1] - x[0] * x[0]) - 2.0 * (1.0 - x[0]),
+            200.0 * (x[1] - x[0] * x[0]),
+        ])
+    }
+}
+
+/// One backtracking search of argmin 0.11.0 from `(-1.2, 1)` along `-grad f`, with `c`, `rho`
+/// and `alpha_0`, at most 20 candidates: `(constructors accepted everything, cost evaluations,
+/// termination reason)`.
+fn argmin_search(c: f64, rho: f64, alpha0: f64) -> (bool, usize, String) {
+    use argmin::core::{Executor, LineSearch, State};
+    use argmin::solver::linesearch::condition::ArmijoCondition;
+    use argmin::solver::linesearch::BacktrackingLineSearch;
+    let Ok(condition) = ArmijoCondition::new(c) else {
+        return (false, 0, "ArmijoCondition::new refused".into());
+    };
+    let Ok(mut search) =
+        BacktrackingLineSearch::<Vec<f64>, Vec<f64>, _, f64>::new(condition).rho(rho)
+    else {
+        return (false, 0, "rho refused".into());
+    };
+    search.search_direction(vec![215.6, 88.0]);
+    if search.initial_step_length(alpha0).is_err() {
+        return (false, 0, "initial_step_length refused".into());
+    }
+    let problem = CountedRosenbrock(std::cell::Cell::new(0));
+    let result = Executor::new(problem, search)
+        .configure(|s| {
+            s.param(vec![-1.2, 1.0])
+                .gradient(vec![-215.6, -88.0])
+                .cost(24.2)
+                .max_iters(19)
+        })
+        .run()
+        .expect("the run itself succeeds");
+    let reason = format!("{:?}", result.state.get_termination_reason());
+    (true, result.problem.problem.unwrap().0.get(), reason)
+}
+
+#[test]
+fn finding_argmin_backtracking_accepts_nan_constants_and_a_nan_or_infinite_first_step() {
+    // the checks refuse what lies outside the range...
+    for (c, rho, alpha0) in [(0.0, 0.5, 1e-3), (1e-4, 1.0, 1e-3), (1e-4, 0.5, -1.0)] {
+        assert!(!argmin_search(c, rho, alpha0).0, "{c} {rho} {alpha0}");
+    }
+    // ...and NaN, outside nothing, passes every one of them: the search then evaluates all 20
+    // candidates (every one NaN, or the rule never true) and stops at the iteration limit
+    for (c, rho, alpha0) in [
+        (f64::NAN, 0.5, 1e-3),
+        (1e-4, 0.5, f64::NAN),
+        (1e-4, 0.5, f64::INFINITY),
+    ] {
+        let (accepted, evals, reason) = argmin_search(c, rho, alpha0);
+        assert!(accepted, "{c} {rho} {alpha0}");
+        assert_eq!(evals, 20, "{c} {rho} {alpha0}");
+        assert!(reason.contains("MaxItersReached"), "{reason}");
+    }
+    // a NaN rho is taken too, and goes unnoticed while the first candidate satisfies the rule
+    let (accepted, evals, reason) = argmin_search(1e-4, f64::NAN, 1e-3);
+    assert!(
+        accepted && evals == 1 && reason.contains("SolverConverged"),
+        "{reason}"
+    );
+    // once the search has to backtrack, every candidate after the first is NaN
+    let (accepted, evals, reason) = argmin_search(1e-4, f64::NAN, 1.0);
+    assert!(
+        accepted && evals == 20 && reason.contains("MaxItersReached"),
+        "{evals} {reason}"
+    );
 }

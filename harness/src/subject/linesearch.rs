@@ -551,7 +551,8 @@ pub fn convex_quadratic_decreases(
         return Ok(());
     }
     let s = answered(subject, &r, limit)?;
-    if !s.accepted || !(s.value < r.value0) {
+    let decreased = s.value < r.value0; // false for NaN
+    if !s.accepted || !decreased {
         return Err(format!(
             "{}: on a convex quadratic along -grad f: accepted {}, f {:e} -> {:e} ({r:?})",
             subject.name(),

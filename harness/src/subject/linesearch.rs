@@ -26,7 +26,6 @@
 //! assert!(report.passed(), "{}", report.summary());
 //! ```
 
-use super::ode::panic_message;
 use super::suite_property;
 use crate::laws::{timed, Family, DEFAULT_SEED};
 use crate::optim::linesearch::{
@@ -38,7 +37,7 @@ use crate::subject::optimizer::SuiteReport;
 use crate::tree::Tree;
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The objective of a search, with counters of the values and gradients evaluated.
@@ -248,24 +247,16 @@ pub fn search_within(
     request: &SearchRequest,
     limit: Duration,
 ) -> Outcome {
-    let (tx, rx) = mpsc::channel();
     let (subject, request) = (Arc::clone(subject), request.clone());
-    let spawned = std::thread::Builder::new()
-        .name("linesearch-subject".into())
-        .spawn(move || {
-            let r = crate::laws::quiet_panics(|| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| subject.search(&request)))
-            });
-            let _ = tx.send(match r {
-                Ok(Ok(rep)) => Outcome::Answered(rep),
-                Ok(Err(e)) => Outcome::Refused(e.to_string()),
-                Err(p) => Outcome::Panicked(panic_message(&*p)),
-            });
-        });
-    if let Err(e) = spawned {
-        return Outcome::Refused(format!("could not start the search thread: {e}"));
+    match super::call_within("linesearch-subject", limit, move || {
+        subject.search(&request)
+    }) {
+        super::Ended::Returned(Ok(rep)) => Outcome::Answered(rep),
+        super::Ended::Returned(Err(e)) => Outcome::Refused(e.to_string()),
+        super::Ended::NotStarted(why) => Outcome::Refused(why),
+        super::Ended::Panicked(m) => Outcome::Panicked(m),
+        super::Ended::TimedOut(d) => Outcome::TimedOut(d),
     }
-    rx.recv_timeout(limit).unwrap_or(Outcome::TimedOut(limit))
 }
 
 /// How the suite runs.

@@ -56,3 +56,49 @@ where
     let replay = format!("the suite again with SuiteOptions {{ seed: {seed}, .. }} ({law})");
     crate::laws::check_property_replayed_by(&replay, cases, seed, strategy, property)
 }
+
+/// How a call made by [`call_within`] ended.
+pub(crate) enum Ended<T> {
+    /// The call returned (its answer or its error).
+    Returned(crate::reference::Result<T>),
+    /// The call panicked (the payload's message).
+    Panicked(String),
+    /// No answer within the limit (the thread is left behind).
+    TimedOut(std::time::Duration),
+    /// The thread could not be started.
+    NotStarted(String),
+}
+
+/// Run `f` on a thread named `thread`, waiting at most `limit`: a subject that panics or never
+/// returns is a verdict, not a crash or a hang of the harness. The panic hook stays silent on
+/// that thread ([`crate::laws::quiet_panics`]): the message is the verdict's.
+pub(crate) fn call_within<T: Send + 'static>(
+    thread: &str,
+    limit: std::time::Duration,
+    f: impl FnOnce() -> crate::reference::Result<T> + Send + 'static,
+) -> Ended<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name(thread.into())
+        .spawn(move || {
+            let r = crate::laws::quiet_panics(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            });
+            let _ = tx.send(match r {
+                Ok(answer) => Ended::Returned(answer),
+                Err(p) => Ended::Panicked(panic_message(&*p)),
+            });
+        });
+    if let Err(e) = spawned {
+        return Ended::NotStarted(format!("could not start the {thread} thread: {e}"));
+    }
+    rx.recv_timeout(limit).unwrap_or(Ended::TimedOut(limit))
+}
+
+/// The message of a panic payload.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}

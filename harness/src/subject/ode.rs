@@ -33,7 +33,7 @@ use crate::ode::Integration;
 use crate::ode::{solve, Controller, Pid, SolveOptions, Solver, VectorField};
 use crate::reference::Result;
 use crate::subject::optimizer::SuiteReport;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A vector field a solver thread can own.
@@ -177,34 +177,18 @@ pub fn solve_within(
     request: &SolveRequest,
     limit: Duration,
 ) -> Outcome {
-    let (tx, rx) = mpsc::channel();
     let (solver, request) = (Arc::clone(solver), request.clone());
-    let spawned = std::thread::Builder::new()
-        .name("ode-subject".into())
-        .spawn(move || {
-            // the panic's message is the verdict's; the hook's report of it would be noise
-            let r = crate::laws::quiet_panics(|| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| solver.solve(&request)))
-            });
-            let _ = tx.send(match r {
-                Ok(Ok(rep)) => Outcome::Solved(rep),
-                Ok(Err(e)) => Outcome::Refused(e.to_string()),
-                Err(p) => Outcome::Panicked(panic_message(&*p)),
-            });
-        });
-    if let Err(e) = spawned {
-        return Outcome::Refused(format!("could not start the solver thread: {e}"));
+    match super::call_within("ode-subject", limit, move || solver.solve(&request)) {
+        super::Ended::Returned(Ok(rep)) => Outcome::Solved(rep),
+        super::Ended::Returned(Err(e)) => Outcome::Refused(e.to_string()),
+        super::Ended::NotStarted(why) => Outcome::Refused(why),
+        super::Ended::Panicked(m) => Outcome::Panicked(m),
+        super::Ended::TimedOut(d) => Outcome::TimedOut(d),
     }
-    rx.recv_timeout(limit).unwrap_or(Outcome::TimedOut(limit))
 }
 
-/// The message of a panic payload.
-pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into())
-}
+/// The message of a panic payload (the same as [`super::panic_message`]).
+pub use super::panic_message;
 
 /// How the suite runs.
 #[derive(Debug, Clone, Copy)]

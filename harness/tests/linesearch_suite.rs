@@ -20,6 +20,16 @@ enum Bug {
     /// Checks `rho` by rejecting what lies outside `(0, 1)`, which a NaN does not: every
     /// candidate is then NaN, and the search answers "not accepted" instead of refusing.
     NanSlipsPastRhoCheck,
+    /// Gives up after 10 candidates whatever the trials allowed.
+    GivesUpAfterTen,
+    /// Steps along `-grad f(x0)` whatever the direction asked.
+    IgnoresDirection,
+    /// Reports the Armijo bound `f(x0) + c alpha slope` as the accepted value.
+    ReportsTheBound,
+    /// Evaluates one candidate fewer than allowed.
+    OneTrialTooFew,
+    /// Evaluates the next candidate before accepting the current one.
+    LooksAhead,
 }
 
 struct Textbook(Bug);
@@ -52,26 +62,42 @@ impl BacktrackingSearch for Textbook {
             return Err(bad("max_trials", 0.0));
         }
         let slope: f64 = r.grad0.iter().zip(&r.direction).map(|(g, d)| g * d).sum();
-        let trials = if self.0 == Bug::OneTrialTooMany {
-            r.max_trials + 1
-        } else {
-            r.max_trials
+        let trials = match self.0 {
+            Bug::OneTrialTooMany => r.max_trials + 1,
+            Bug::OneTrialTooFew => r.max_trials - 1,
+            Bug::GivesUpAfterTen => r.max_trials.min(10),
+            _ => r.max_trials,
+        };
+        let direction: Vec<f64> = match self.0 {
+            Bug::IgnoresDirection => r.grad0.iter().map(|g| -g).collect(),
+            _ => r.direction.clone(),
+        };
+        let point = |alpha: f64| -> Vec<f64> {
+            r.x0.iter()
+                .zip(&direction)
+                .map(|(x, d)| x + alpha * d)
+                .collect()
         };
         let (mut alpha, mut skipped) = (r.initial_step, false);
         for _ in 0..trials {
-            let x: Vec<f64> =
-                r.x0.iter()
-                    .zip(&r.direction)
-                    .map(|(x, d)| x + alpha * d)
-                    .collect();
+            let x = point(alpha);
             let v = r.problem.value(&x)?;
-            let holds = v <= r.value0 + r.slope_rtol * alpha * slope;
+            let bound = r.value0 + r.slope_rtol * alpha * slope;
+            let holds = v <= bound;
             if holds && self.0 == Bug::SkipsFirstSuccess && !skipped {
                 skipped = true;
             } else if holds || self.0 == Bug::NoArmijoCheck {
+                if self.0 == Bug::LooksAhead {
+                    r.problem.value(&point(alpha * r.decrease_factor))?;
+                }
+                let value = if self.0 == Bug::ReportsTheBound {
+                    bound
+                } else {
+                    v
+                };
                 return Ok(SearchReport {
                     x,
-                    value: v,
+                    value,
                     accepted: true,
                 });
             }
@@ -86,31 +112,33 @@ impl BacktrackingSearch for Textbook {
 }
 
 #[test]
-fn the_reference_and_a_correct_textbook_search_pass_every_law() {
-    let opts = SuiteOptions::default();
-    for subject in [
+fn the_reference_and_a_correct_textbook_search_pass_every_law_under_three_seeds() {
+    let subjects = [
         Arc::new(ReferenceSearch) as Arc<dyn BacktrackingSearch>,
         Arc::new(Textbook(Bug::None)),
-    ] {
-        let report = linesearch::check(subject, &opts);
-        assert!(report.passed(), "{}", report.summary());
-        assert_eq!(report.laws.len(), 4);
+    ];
+    for subject in subjects {
+        for seed in [harness::laws::DEFAULT_SEED, 1, 2] {
+            let opts = SuiteOptions {
+                seed,
+                ..SuiteOptions::default()
+            };
+            let report = linesearch::check(Arc::clone(&subject), &opts);
+            assert!(report.passed(), "seed {seed}: {}", report.summary());
+            assert_eq!(report.laws.len(), 4);
+        }
     }
 }
 
 #[test]
-fn each_planted_search_bug_fails_its_law_with_a_counterexample() {
+fn each_planted_search_bug_fails_its_law_with_a_counterexample_under_three_seeds() {
     for (bug, law, needle) in [
         (
             Bug::NoArmijoCheck,
             "ls_first_armijo_candidate",
             "f(x0) + c alpha slope",
         ),
-        (
-            Bug::OneTrialTooMany,
-            "ls_trials_honoured",
-            "candidates allowed",
-        ),
+        (Bug::OneTrialTooMany, "ls_trials_honoured", "none of the"),
         (
             Bug::SkipsFirstSuccess,
             "ls_first_armijo_candidate",
@@ -121,17 +149,51 @@ fn each_planted_search_bug_fails_its_law_with_a_counterexample() {
             "ls_bad_input_is_typed_error",
             "DecreaseFactor(NaN) accepted",
         ),
+        (Bug::GivesUpAfterTen, "ls_first_armijo_candidate", "gave up"),
+        (
+            Bug::IgnoresDirection,
+            "ls_first_armijo_candidate",
+            "none of the",
+        ),
+        (
+            Bug::ReportsTheBound,
+            "ls_first_armijo_candidate",
+            "reports f =",
+        ),
+        (Bug::OneTrialTooFew, "ls_trials_honoured", "trials allowed"),
+        (
+            Bug::LooksAhead,
+            "ls_first_armijo_candidate",
+            "after evaluating candidates",
+        ),
     ] {
-        let report = linesearch::check(Arc::new(Textbook(bug)), &SuiteOptions::default());
-        let row = report.laws.iter().find(|l| l.name == law).unwrap();
-        assert!(!row.passed, "{bug:?}: {}", report.summary());
-        let detail = row.counterexample.as_deref().unwrap_or_default();
-        assert!(detail.contains(needle), "{bug:?}: {detail}");
-        // the narrow bugs leave the other laws passing (taking any first candidate breaks
-        // every law that looks at acceptance)
-        if bug != Bug::NoArmijoCheck {
-            let others = report.laws.iter().filter(|l| l.name != law && !l.passed);
-            assert_eq!(others.count(), 0, "{bug:?}: {}", report.summary());
+        for seed in [harness::laws::DEFAULT_SEED, 1, 2] {
+            let opts = SuiteOptions {
+                seed,
+                ..SuiteOptions::default()
+            };
+            let report = linesearch::check(Arc::new(Textbook(bug)), &opts);
+            let row = report.laws.iter().find(|l| l.name == law).unwrap();
+            assert!(!row.passed, "{bug:?}, seed {seed}: {}", report.summary());
+            let detail = row.counterexample.as_deref().unwrap_or_default();
+            assert!(detail.contains(needle), "{bug:?}, seed {seed}: {detail}");
+            // the narrowest bugs leave the other laws passing (the others break every law that
+            // looks at which candidate is accepted after which evaluations)
+            if [
+                Bug::NanSlipsPastRhoCheck,
+                Bug::OneTrialTooMany,
+                Bug::OneTrialTooFew,
+            ]
+            .contains(&bug)
+            {
+                let others = report.laws.iter().filter(|l| l.name != law && !l.passed);
+                assert_eq!(
+                    others.count(),
+                    0,
+                    "{bug:?}, seed {seed}: {}",
+                    report.summary()
+                );
+            }
         }
     }
 }

@@ -35,6 +35,20 @@
 //! becomes infinite where `v_t = 0`: `docs/findings/candle-optimisers-radam-rectified-factor-overflow.md`);
 //! see [`known_optim_finding`].
 //!
+//! `peer_linesearch` decodes the reference's `linesearch` input
+//! ([`harness::laws::fuzz::LineSearchInput`]: raw hyperparameters, a quadratic of dimension 1-6
+//! or Rosenbrock, any start) into one search along `-grad f` (`alpha_0` its `max_learning_rate`,
+//! `c` its `slope_rtol`, `rho` its `decrease_factor`, `max_backtracking_steps + 1` trials; its
+//! other problems, poisons and f32 flag are not used) and gives it to argmin's backtracking line
+//! search. What must hold: no panic, no hang; at most `trials + 1` values evaluated; and where the
+//! search is well posed (`c` and `rho` in `(0, 1)`, a finite positive `alpha_0`, a finite start
+//! value and gradient, a finite negative slope), an answer that claims acceptance is one of the
+//! candidates and satisfies Armijo's rule
+//! ([`harness::subject::linesearch::accepted_answer_holds`]). The NaN and infinite parameters
+//! argmin accepts are a published finding
+//! (`docs/findings/argmin-backtracking-nan-parameters-accepted.md`), so outside that domain only
+//! the first two are checked.
+//!
 //! # References
 //! - `harness::laws::fuzz` (the reference's targets and their input types).
 //! - `fuzz/README.md` (how to run a campaign; where minimised crashes are committed).
@@ -52,7 +66,7 @@ use crate::ode_solvers_adapter::{Method, OdeSolvers};
 use crate::pytorch_convention::{Torch, PYTORCH_ADAMW_WEIGHT_DECAY, PYTORCH_NADAM_MOMENTUM_DECAY};
 use arbitrary::{Arbitrary, Unstructured};
 use harness::backend::DType;
-use harness::laws::fuzz::{OdeInput, RadamInput};
+use harness::laws::fuzz::{LineSearchInput, OdeInput, RadamInput};
 use harness::laws::radam::{finiteness_domain, leaf};
 use harness::laws::strategies::OptCase;
 use harness::subject::ode::{OdeSolver, SolveRequest, Stepping};
@@ -279,6 +293,58 @@ fn steps<E: harness::backend::Real, O: Optimizer<E>>(
         }
         params = harness::tree::apply_updates(&params, &updates).map_err(|e| e.to_string())?;
         state = next;
+    }
+    Ok(())
+}
+
+/// The `peer_linesearch` target (module docs): `Err` names the request and what broke.
+pub fn linesearch(data: &[u8]) -> Result<(), String> {
+    use harness::laws::linesearch::Problem;
+    use harness::subject::linesearch::{accepted_answer_holds, BacktrackingSearch, SearchCase};
+    let Ok(input) = LineSearchInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return Ok(());
+    };
+    let case = input.to_case();
+    let quadratic = match &case.problem {
+        Problem::Quadratic(q) => Some((q.a.clone(), q.b.clone())),
+        Problem::Rosenbrock => None,
+        _ => return Ok(()), // the suite's problems are the quadratic and Rosenbrock
+    };
+    let trials = case.hyper.max_backtracking_steps as usize + 1;
+    let search = SearchCase {
+        quadratic,
+        x0: case.x0.clone(),
+        direction_scale: vec![1.0; case.x0.len()],
+        initial_step: case.hyper.max_learning_rate,
+        slope_rtol: case.hyper.slope_rtol,
+        decrease_factor: case.hyper.decrease_factor,
+    };
+    let Ok(r) = search.request(trials) else {
+        return Ok(()); // a start the problem itself rejects
+    };
+    let argmin = crate::argmin_adapter::Argmin;
+    let Ok(s) = argmin.search(&r) else {
+        return Ok(()); // a typed error: fine
+    };
+    let broke = |what: String| format!("{}: {what} on {r:?}", argmin.name());
+    let evals = r.problem.values_evaluated();
+    if evals > trials + 1 {
+        return Err(broke(format!(
+            "{evals} values evaluated with {trials} trials"
+        )));
+    }
+    let open_unit = |v: f64| v > 0.0 && v < 1.0;
+    let slope: f64 = r.grad0.iter().zip(&r.direction).map(|(g, d)| g * d).sum();
+    let well_posed = open_unit(r.slope_rtol)
+        && open_unit(r.decrease_factor)
+        && r.initial_step.is_finite()
+        && r.initial_step > 0.0
+        && r.value0.is_finite()
+        && r.grad0.iter().all(|g| g.is_finite())
+        && slope.is_finite()
+        && slope < 0.0;
+    if well_posed {
+        accepted_answer_holds(&r, &s, trials).map_err(broke)?;
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Replays the committed `peer_ode` and `peer_optim` corpora and every minimised crash
+//! Replays the committed `peer_ode`, `peer_optim` and `peer_linesearch` corpora and every minimised crash
 //! (fixtures/regressions/peer_*/, each with a line in fixtures/regressions/README.md on what
 //! broke) through the entry points the fuzz targets use.
 
@@ -32,6 +32,12 @@ fn peer_ode_corpus_and_regressions_replay_clean() {
 #[test]
 fn peer_optim_corpus_and_regressions_replay_clean() {
     let n = replay("peer_optim", peers::fuzz::optim);
+    assert!(n >= 4, "only {n} inputs replayed");
+}
+
+#[test]
+fn peer_linesearch_corpus_and_regressions_replay_clean() {
+    let n = replay("peer_linesearch", peers::fuzz::linesearch);
     assert!(n >= 4, "only {n} inputs replayed");
 }
 

@@ -41,10 +41,10 @@
 //! `c` its `slope_rtol`, `rho` its `decrease_factor`, `max_backtracking_steps + 1` trials; its
 //! other problems, poisons and f32 flag are not used) and gives it to argmin's backtracking line
 //! search. What must hold: no panic, no hang; at most `trials + 1` values evaluated; and where the
-//! search is well posed (`c` and `rho` in `(0, 1)`, a finite positive `alpha_0`, a finite start
-//! value and gradient, a finite negative slope), an answer that claims acceptance is one of the
-//! candidates and satisfies Armijo's rule
-//! ([`harness::subject::linesearch::accepted_answer_holds`]). The NaN and infinite parameters
+//! laws can judge the search ([`harness::subject::linesearch::judgeable`]: parameters in range,
+//! finite start, slope and candidates, candidates that can be told apart), an answer that claims
+//! acceptance is one of the candidates, the rule does not fail there, and its value is the cost
+//! there ([`harness::subject::linesearch::accepted_answer_holds`]). The NaN and infinite parameters
 //! argmin accepts are a published finding
 //! (`docs/findings/argmin-backtracking-nan-parameters-accepted.md`), so outside that domain only
 //! the first two are checked.
@@ -300,7 +300,9 @@ fn steps<E: harness::backend::Real, O: Optimizer<E>>(
 /// The `peer_linesearch` target (module docs): `Err` names the request and what broke.
 pub fn linesearch(data: &[u8]) -> Result<(), String> {
     use harness::laws::linesearch::Problem;
-    use harness::subject::linesearch::{accepted_answer_holds, BacktrackingSearch, SearchCase};
+    use harness::subject::linesearch::{
+        accepted_answer_holds, judgeable, BacktrackingSearch, SearchCase,
+    };
     let Ok(input) = LineSearchInput::arbitrary_take_rest(Unstructured::new(data)) else {
         return Ok(());
     };
@@ -333,17 +335,7 @@ pub fn linesearch(data: &[u8]) -> Result<(), String> {
             "{evals} values evaluated with {trials} trials"
         )));
     }
-    let open_unit = |v: f64| v > 0.0 && v < 1.0;
-    let slope: f64 = r.grad0.iter().zip(&r.direction).map(|(g, d)| g * d).sum();
-    let well_posed = open_unit(r.slope_rtol)
-        && open_unit(r.decrease_factor)
-        && r.initial_step.is_finite()
-        && r.initial_step > 0.0
-        && r.value0.is_finite()
-        && r.grad0.iter().all(|g| g.is_finite())
-        && slope.is_finite()
-        && slope < 0.0;
-    if well_posed {
+    if judgeable(&r, trials) {
         accepted_answer_holds(&r, &s, trials).map_err(broke)?;
     }
     Ok(())

@@ -537,6 +537,38 @@ fn answered(
 /// Trials enough for any generated case to reach acceptance: `rho^200 <= 0.9^200 ~ 7e-10`.
 const AMPLE_TRIALS: usize = 200;
 
+/// Whether the laws can judge an answer to `r` within its first `trials` candidates: the
+/// hyperparameters in range (`c` in `[0, 1)`, `rho` in `(0, 1)`, a finite positive first step),
+/// a finite start value and gradient, a finite negative slope, a direction whose length is
+/// within `[1e-150, 1e150]` (its square neither underflows nor overflows), and every candidate
+/// finite, with a finite value, and at least `1e-6` of the start's scale (and `1e-140`) away from it (so that
+/// which candidate a point is can be read from it: [`accepted_answer_holds`]). The generated
+/// cases always are; raw inputs (the `peer_linesearch` fuzz target) often are not.
+pub fn judgeable(r: &SearchRequest, trials: usize) -> bool {
+    let norm = |v: &[f64]| v.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let slope = dot(&r.grad0, &r.direction);
+    let (dn, xn) = (norm(&r.direction), norm(&r.x0));
+    let hyper = (0.0..1.0).contains(&r.slope_rtol)
+        && r.decrease_factor > 0.0
+        && r.decrease_factor < 1.0
+        && r.initial_step.is_finite()
+        && r.initial_step > 0.0;
+    let start = r.value0.is_finite()
+        && r.grad0.iter().all(|g| g.is_finite())
+        && r.x0.iter().all(|x| x.is_finite())
+        && slope.is_finite()
+        && slope < 0.0
+        && (1e-150..=1e150).contains(&dn);
+    hyper
+        && start
+        && candidates(r, trials).into_iter().all(|alpha| {
+            let p = candidate_point(r, alpha);
+            alpha * dn >= (1e-6 * xn).max(1e-140)
+                && p.iter().all(|x| x.is_finite())
+                && r.problem.exact(&p).is_ok_and(|(v, _)| v.is_finite())
+        })
+}
+
 /// An answer that claims acceptance, judged against the request: its point is `x0 + alpha_k d`
 /// for one of the first `trials` candidates (returned: `k`), the rule does not fail there
 /// (recomputed from the point), and the value it reports is `f` there. `Ok(None)` for an answer

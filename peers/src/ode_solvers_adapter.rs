@@ -6,8 +6,14 @@
 //!   and `max_steps` (`n_max`), sparse output, the crate's default safety factor, step-size
 //!   bounds and stiffness test, and `h = 0` (the crate chooses the initial step) — the defaults
 //!   `Dopri5::new` uses, with the step limit and output kind set;
-//! - constant: `Rk4::new` with the request's `dt` (the crate's step count is
-//!   `ceil((x_end - x) / step_size)`).
+//! - constant, `Rk4`: `Rk4::new` with the request's `dt` (the crate's step count is
+//!   `ceil((x_end - x) / step_size)`);
+//! - constant, `Dopri5` and `Dop853`: the crate has no fixed-step mode for them, so the adapter
+//!   pins the step through the same constructor: the first step `h = dt`, the largest step
+//!   `h_max = |dt|`, and tolerances so loose ([`PINNED_TOLERANCE`]) that every step is accepted
+//!   and grows to `h_max` at once (the controller caps an accepted step's successor at `h_max`;
+//!   the crate stretches the last step by up to 1% to land on `x_end`). The convergence-order
+//!   law can then measure the method's order, which adaptive stepping alone cannot show.
 //!
 //! The state is a `nalgebra::DVector<f64>`; the field is evaluated through slices. Errors of the
 //! crate (`IntegrationError`) become `Err`; a panic or a hang inside the crate is left to the
@@ -19,9 +25,28 @@
 //! - `ode_solvers` 0.6.2 documentation, `Dopri5::from_param`, `Rk4::new`.
 //!
 //! ```
-//! use harness::subject::ode::OdeSolver;
+//! use harness::subject::ode::{OdeSolver, SharedField, SolveRequest, Stepping};
 //! use peers::ode_solvers_adapter::{Method, OdeSolvers};
+//! use std::sync::Arc;
 //! assert_eq!(OdeSolvers(Method::Dopri5).order(), Some(5));
+//! // pinned steps: y' = -y over [0, 1] in exactly 10 accepted steps of 0.1, none rejected
+//! let decay: SharedField = Arc::new(|_t: f64, y: &[f64], dy: &mut [f64]| dy[0] = -y[0]);
+//! let mut r = SolveRequest {
+//!     field: decay,
+//!     t0: 0.0,
+//!     t1: 1.0,
+//!     y0: vec![1.0],
+//!     stepping: Stepping::Constant { dt: 0.1 },
+//!     max_steps: 100,
+//! };
+//! for method in [Method::Dopri5, Method::Dop853] {
+//!     let s = OdeSolvers(method).solve(&r).unwrap();
+//!     assert_eq!((s.accepted, s.rejected), (10, 0));
+//!     assert!((s.y_final[0] - (-1f64).exp()).abs() < 1e-7);
+//! }
+//! // a pinned step must point toward t1
+//! r.stepping = Stepping::Constant { dt: -0.1 };
+//! assert!(OdeSolvers(Method::Dop853).solve(&r).is_err());
 //! ```
 
 use harness::reference::{Error, Result};
@@ -30,6 +55,53 @@ use ode_solvers::{DVector, Dop853, Dopri5, OutputType, Rk4, System};
 
 /// The crate version the adapter was written against (pinned in `Cargo.toml`).
 pub const VERSION: &str = "0.6.2";
+
+/// `rtol` and `atol` of a pinned-step solve of `Dopri5` or `Dop853` (see the module docs): the
+/// scaled error estimate is then below `1e-200` for any finite state the laws use, so no step
+/// is rejected.
+pub const PINNED_TOLERANCE: f64 = 1e200;
+
+/// The settings of one `from_param` call that differ between stepping modes.
+struct Steps {
+    rtol: f64,
+    atol: f64,
+    /// Largest step (`h_max`).
+    h_max: f64,
+    /// First step (`h`; `0` lets the crate choose it).
+    h: f64,
+}
+
+impl Steps {
+    /// The settings for `r`. Adaptive requests go to the crate as they are; a pinned step is the
+    /// adapter's own mode, so the adapter refuses a `dt` that is not finite, is zero or points
+    /// away from `t1` (the crate would read `h = 0` as "choose the first step" and take a step
+    /// of the wrong sign as given).
+    fn of(r: &SolveRequest) -> Result<Steps> {
+        match r.stepping {
+            Stepping::Adaptive { rtol, atol } => Ok(Steps {
+                rtol,
+                atol,
+                h_max: r.t1 - r.t0,
+                h: 0.0,
+            }),
+            Stepping::Constant { dt } => {
+                if !(dt.is_finite() && dt != 0.0 && (r.t1 - r.t0) * dt >= 0.0) {
+                    return Err(Error::External(format!(
+                        "ode_solvers adapter: a pinned step needs a finite, non-zero dt signed \
+                         like t1 - t0; got dt = {dt} from {} to {}",
+                        r.t0, r.t1
+                    )));
+                }
+                Ok(Steps {
+                    rtol: PINNED_TOLERANCE,
+                    atol: PINNED_TOLERANCE,
+                    h_max: dt,
+                    h: dt,
+                })
+            }
+        }
+    }
+}
 
 /// A method of the crate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,11 +148,9 @@ impl OdeSolver for OdeSolvers {
         })
     }
     fn supports(&self, stepping: &Stepping) -> bool {
-        matches!(
-            (self.0, stepping),
-            (Method::Rk4, Stepping::Constant { .. })
-                | (Method::Dopri5 | Method::Dop853, Stepping::Adaptive { .. })
-        )
+        // every method takes constant steps (pinned, for the two adaptive ones); Rk4 has no
+        // error estimate
+        !matches!((self.0, stepping), (Method::Rk4, Stepping::Adaptive { .. }))
     }
     fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
         let f = Field(r.field.clone());
@@ -92,21 +162,22 @@ impl OdeSolver for OdeSolvers {
                 let stats = s.integrate().map_err(peer_error)?;
                 (stats, s.y_out().last().cloned())
             }
-            (Method::Dopri5, Stepping::Adaptive { rtol, atol }) => {
+            (Method::Dopri5, _) => {
+                let k = Steps::of(r)?;
                 let mut s = Dopri5::from_param(
                     f,
                     r.t0,
                     r.t1,
                     0.0,
                     y0,
-                    rtol,
-                    atol,
+                    k.rtol,
+                    k.atol,
                     0.9,
                     0.04,
                     0.2,
                     10.0,
-                    r.t1 - r.t0,
-                    0.0,
+                    k.h_max,
+                    k.h,
                     n_max,
                     1000,
                     OutputType::Sparse,
@@ -114,21 +185,22 @@ impl OdeSolver for OdeSolvers {
                 let stats = s.integrate().map_err(peer_error)?;
                 (stats, s.y_out().last().cloned())
             }
-            (Method::Dop853, Stepping::Adaptive { rtol, atol }) => {
+            (Method::Dop853, _) => {
+                let k = Steps::of(r)?;
                 let mut s = Dop853::from_param(
                     f,
                     r.t0,
                     r.t1,
                     0.0,
                     y0,
-                    rtol,
-                    atol,
+                    k.rtol,
+                    k.atol,
                     0.9,
                     0.0,
                     0.333,
                     6.0,
-                    r.t1 - r.t0,
-                    0.0,
+                    k.h_max,
+                    k.h,
                     n_max,
                     1000,
                     OutputType::Sparse,
@@ -136,9 +208,9 @@ impl OdeSolver for OdeSolvers {
                 let stats = s.integrate().map_err(peer_error)?;
                 (stats, s.y_out().last().cloned())
             }
-            (m, s) => {
+            (Method::Rk4, s) => {
                 return Err(Error::External(format!(
-                    "ode_solvers {m:?} does not take {s:?}"
+                    "ode_solvers Rk4 does not take {s:?}"
                 )))
             }
         };

@@ -646,3 +646,109 @@ fn finding_argmin_backtracking_accepts_nan_constants_and_a_nan_or_infinite_first
         "{evals} {reason}"
     );
 }
+
+/// `y' = 2 t` (one component), recording the time of every evaluation.
+#[derive(Default)]
+struct Ramp(std::sync::Arc<std::sync::Mutex<Vec<f64>>>);
+
+impl System<f64, DVector<f64>> for Ramp {
+    fn system(&self, t: f64, _y: &DVector<f64>, dy: &mut DVector<f64>) {
+        self.0.lock().unwrap().push(t);
+        dy[0] = 2.0 * t;
+    }
+}
+
+/// `Dop853::from_param` on [`Ramp`] from 0 to `x_end`, `y(0) = 0`, with the crate's default
+/// controller settings; `h = h_max = step` and tolerances of 1e200 pin every step to `step`.
+fn dop853_ramp(x_end: f64, rtol: f64, step: Option<f64>) -> (Result<f64, String>, Vec<f64>) {
+    let (tol, h_max, h) = match step {
+        Some(h) => (1e200, h, h),
+        None => (rtol, x_end, 0.0),
+    };
+    let ramp = Ramp::default();
+    let times = std::sync::Arc::clone(&ramp.0);
+    let mut s = Dop853::from_param(
+        ramp,
+        0.0,
+        x_end,
+        0.0,
+        DVector::from_element(1, 0.0),
+        tol,
+        tol * 1e-2,
+        0.9,
+        0.0,
+        0.333,
+        6.0,
+        h_max,
+        h,
+        100_000,
+        1000,
+        OutputType::Sparse,
+    );
+    let answer = s
+        .integrate()
+        .map(|_| s.y_out().last().unwrap()[0])
+        .map_err(|e| e.to_string());
+    let times = times.lock().unwrap().clone();
+    (answer, times)
+}
+
+#[test]
+fn finding_dop853_evaluates_its_twelfth_stage_at_the_step_start() {
+    // docs/findings/ode_solvers-dop853-twelfth-stage-at-step-start.md
+    let (answer, times) = dop853_ramp(1.0, 0.0, Some(1.0));
+    // f at the start, eleven stages, then f at the end of the accepted step
+    assert_eq!(times.len(), 13, "{times:?}");
+    assert_eq!(times[0], 0.0);
+    // stages 2..=11 at their nodes c_2..c_11, strictly inside the step
+    assert!(
+        times[1..11].iter().all(|&t| t > 0.0 && t < 1.0),
+        "{times:?}"
+    );
+    // stage 12, whose node is 1 (its row of the tableau sums to 1), runs at the step's start
+    assert_eq!(times[11], 0.0, "{times:?}");
+    assert_eq!(times[12], 1.0, "{times:?}");
+    // An order-8 step integrates y' = 2t exactly: y(1) = 1. With k_12 = f(0) = 0 instead of
+    // f(1) = 2 the step is short by h * b_12 * 2, b_12 = 4.47106157277725905e-2 (Hairer's
+    // dop853.f, B12).
+    let y = answer.unwrap();
+    assert!(
+        (y - (1.0 - 2.0 * 4.471_061_572_777_259e-2)).abs() < 1e-12,
+        "{y}"
+    );
+}
+
+#[test]
+fn finding_dop853_cannot_integrate_y_prime_2t_at_rtol_1e6() {
+    // the same equation through the crate's own step-size control: reported as stiff
+    let (answer, times) = dop853_ramp(2.0, 1e-6, None);
+    let e = answer.expect_err("Dop853 answered");
+    assert!(e.contains("stiff"), "{e}");
+    assert!(times.len() > 10_000, "{} evaluations", times.len());
+    // at rtol 1e-3 it answers after more than 50 steps, off by more than 1e-2 (relative 3e-3)
+    let (answer, _) = dop853_ramp(2.0, 1e-3, None);
+    let y = answer.unwrap();
+    assert!((y - 4.0).abs() > 1e-2, "{y}");
+    // Dopri5 of the same release, default settings: exact to rounding in 6 steps
+    let mut s = Dopri5::from_param(
+        Ramp::default(),
+        0.0,
+        2.0,
+        0.0,
+        DVector::from_element(1, 0.0),
+        1e-6,
+        1e-8,
+        0.9,
+        0.04,
+        0.2,
+        10.0,
+        2.0,
+        0.0,
+        100_000,
+        1000,
+        OutputType::Sparse,
+    );
+    let stats = s.integrate().expect("Dopri5 answers");
+    assert!((s.y_out().last().unwrap()[0] - 4.0).abs() < 1e-12);
+    assert!(stats.accepted_steps <= 10, "{stats:?}");
+}

@@ -4,7 +4,8 @@
 //! loop, its own error norm and step-size controller, its own start-up step, nothing from the
 //! reference's stepper — is wrapped in the [`OdeSolver`] trait and handed to the ODE suite,
 //! which draws problems with closed forms and checks it for its convergence order (on an
-//! autonomous field and on one that depends on time), tolerance proportionality, the backward
+//! autonomous field and on one that depends on time, with constant steps and through the work
+//! of adaptive ones), tolerance proportionality, the backward
 //! round trip, reproducibility, the step budget, and fifteen bad inputs in each stepping mode.
 //! Every solve runs on its own thread under a time limit, so a panic or a hang is a verdict.
 //!
@@ -13,10 +14,11 @@
 //! cargo run --release -p harness --example custom_solver -- buggy-node     # exit 1, with the counterexample
 //! ```
 //!
-//! The planted bugs, each caught by one law:
+//! The planted bugs, each caught by the laws named:
 //! - `buggy-node` evaluates the second stage at `t + h/3` instead of `t + h/2` (its state still
 //!   at `h/2`): on an autonomous field nothing changes, on `y' = (1 + t) A y` the order condition
-//!   `sum_i b_i c_i = 1/2` fails and the method is of order 1 there: `ode_convergence_order`.
+//!   `sum_i b_i c_i = 1/2` fails and the method is of order 1 there: `ode_convergence_order`,
+//!   and `ode_adaptive_order` (its adaptive steps grow with the tolerance as a lower order's do).
 //! - `buggy-budget` counts only accepted steps against `max_steps`, so rejected attempts are
 //!   free and a budget smaller than the work is not a limit: `ode_step_budget_honoured`.
 //! - `buggy-tol` takes a zero or negative `rtol` as it comes (as `ode_solvers` 0.6.2's `Dopri5`

@@ -540,7 +540,7 @@ fn ode_suite_passes_on_every_reference_method() {
         let adaptive = s.tableau().b_err().is_some();
         assert_eq!(
             r.laws.len(),
-            if adaptive { 6 } else { 3 },
+            if adaptive { 7 } else { 3 },
             "{}",
             r.summary()
         );
@@ -558,6 +558,8 @@ struct PlantedSolver {
 enum SolverBug {
     /// Claims order 5 while stepping Heun (order 2).
     WrongOrder,
+    /// The same, and steps adaptively only (no constant steps for the convergence-order law).
+    AdaptiveOnlyWrongOrder,
     /// Ignores the tolerance asked: always rtol 1e-2.
     IgnoresTolerance,
     /// Backward solves stop one step short (the last step dropped).
@@ -586,12 +588,14 @@ impl OdeSolver for PlantedSolver {
     }
     fn order(&self) -> Option<u32> {
         match self.bug {
-            SolverBug::WrongOrder => Some(5),
+            SolverBug::WrongOrder | SolverBug::AdaptiveOnlyWrongOrder => Some(5),
             _ => Some(self.method.tableau().order()),
         }
     }
     fn supports(&self, s: &Stepping) -> bool {
+        let constant = matches!(s, Stepping::Constant { .. });
         ReferenceSolver(self.method).supports(s)
+            && !(constant && self.bug == SolverBug::AdaptiveOnlyWrongOrder)
     }
     fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
         let reference = ReferenceSolver(self.method);
@@ -658,6 +662,12 @@ fn each_ode_law_fails_on_its_planted_bug_with_a_small_counterexample() {
             SolverBug::WrongOrder,
             "ode_convergence_order",
             "measured order",
+        ),
+        (
+            Solver::Heun,
+            SolverBug::AdaptiveOnlyWrongOrder,
+            "ode_adaptive_order",
+            "the growth is that of order",
         ),
         (
             Solver::Tsit5,
@@ -755,6 +765,7 @@ fn an_answer_of_the_wrong_length_or_of_nan_fails_every_law_that_reads_it() {
     for law in [
         "ode_convergence_order",
         "ode_tolerance_proportionality",
+        "ode_adaptive_order",
         "ode_round_trip",
         "ode_reproducible",
         "ode_step_budget_honoured",

@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | `ode_convergence_order` | constant steps, known order `p` | halving the step divides the error against the closed form by `2^p` (band [`crate::laws::ode::ORDER_BAND`]), on the damped rotation and on a field that depends on time ([`order_problems`]) |
 //! | `ode_tolerance_proportionality` | adaptive steps | on both [`order_problems`], the global error against the closed form is at most `K (rtol |y|max + atol)` per accepted step ([`PROPORTIONALITY_K`]) and, where the looser solve's error exceeds the tighter local tolerance, shrinks when the tolerance shrinks 100-fold |
+//! | `ode_adaptive_order` | adaptive steps, known order `p` | on both [`order_problems`], tightening `rtol` from 1e-4 to 1e-8 multiplies the accepted steps by at most [`ADAPTIVE_STEP_GROWTH_SLACK`] `x 10^(4/p)` (plus [`ADAPTIVE_STEP_GROWTH_STEPS`]): the order shows in the work of a method that only steps adaptively |
 //! | `ode_round_trip` | adaptive steps, backward integration | on both [`order_problems`], forward then backward returns to `y0` within the same bound |
 //! | `ode_reproducible` | every solver | the same request twice gives the same bits |
 //! | `ode_step_budget_honoured` | adaptive steps | a solve that takes `n` attempted steps under an ample budget is refused under a budget of `n - 1`, and gives the same bits under a budget of `n` |
@@ -212,6 +213,9 @@ impl Default for SuiteOptions {
 }
 
 pub use crate::tolerance::PROPORTIONALITY_K;
+pub use crate::tolerance::{
+    ADAPTIVE_STEP_GROWTH_SLACK, ADAPTIVE_STEP_GROWTH_STEPS, ADAPTIVE_TOLERANCE_SPAN,
+};
 
 /// Tolerances the adaptive laws use (`atol = rtol / 100`).
 pub const SUITE_RTOLS: [f64; 2] = [1e-4, 1e-6];
@@ -289,7 +293,7 @@ pub fn convergence_order(
 /// at the wrong time mostly makes an adaptive solver take many more, smaller steps, which a bound
 /// per accepted step allows: `ode_solvers` 0.6.2's `Dop853`, whose twelfth stage is evaluated at
 /// the step's start, passes this law and fails [`convergence_order`] with pinned steps (measured
-/// order 1 for 8). (Far below both tolerances the error of a high-order method depends on where
+/// order 1 for 8) and [`adaptive_order`]. (Far below both tolerances the error of a high-order method depends on where
 /// the controller splits the interval, not on the tolerance: `ode_solvers`' Dop853 covers a
 /// quarter turn in 2 steps for every `rtol` from 1e-3 to 1e-6 with errors from 1.7e-12 to
 /// 4.5e-11.)
@@ -337,6 +341,60 @@ pub fn tolerance_proportionality(
                 SUITE_RTOLS[1],
                 errors[0],
                 SUITE_RTOLS[0]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An adaptive solve shows the order it claims in its work: tightening `rtol` from 1e-4 to 1e-8
+/// ([`ADAPTIVE_TOLERANCE_SPAN`], `atol = rtol / 100`) multiplies the accepted steps `N` by about
+/// `10^(4/p)`, and at most by [`ADAPTIVE_STEP_GROWTH_SLACK`] times that, plus
+/// [`ADAPTIVE_STEP_GROWTH_STEPS`], on both [`order_problems`]. The convergence-order law needs
+/// constant steps; this one judges a method that only steps adaptively. A stage evaluated at the
+/// wrong time leaves an order-1 method whose controller takes `10^2` times the steps for the
+/// span (`ode_solvers` 0.6.2's `Dop853`: 10 accepted steps at 1e-4, and at 1e-8 a false
+/// stiffness error after thousands).
+pub fn adaptive_order(
+    solver: &Arc<dyn OdeSolver>,
+    c: &RotationCase,
+    limit: Duration,
+) -> std::result::Result<(), String> {
+    let Some(p) = solver.order() else {
+        return Ok(());
+    };
+    let (loose, tight) = ADAPTIVE_TOLERANCE_SPAN;
+    let growth = (loose / tight).powf(1.0 / f64::from(p.max(1)));
+    for OrderProblem { name, field, .. } in order_problems(c)? {
+        let steps = |rtol: f64| -> std::result::Result<usize, String> {
+            let r = SolveRequest {
+                field: Arc::clone(&field),
+                t0: 0.0,
+                t1: c.t1,
+                y0: c.y0.to_vec(),
+                stepping: Stepping::Adaptive {
+                    rtol,
+                    atol: rtol * 1e-2,
+                },
+                max_steps: 1_000_000,
+            };
+            solved(solver, &r, limit)
+                .map(|s| s.accepted)
+                .map_err(|e| format!("{name}: {e}"))
+        };
+        let n_loose = steps(loose)?;
+        let n_tight = steps(tight)?;
+        let allowed = ADAPTIVE_STEP_GROWTH_SLACK * growth * n_loose.max(1) as f64
+            + ADAPTIVE_STEP_GROWTH_STEPS;
+        if n_tight as f64 > allowed {
+            // the order whose growth the solve showed: N ~ tol^(-1/p)
+            let shown = (loose / tight).log10() / (n_tight as f64 / n_loose.max(1) as f64).log10();
+            return Err(format!(
+                "{name}: {}: {n_loose} accepted steps at rtol {loose:e}, {n_tight} at {tight:e}: \
+                 more than the {allowed:.0} an order-{p} method may take ({growth:.2} times as \
+                 many, by {ADAPTIVE_STEP_GROWTH_SLACK} with {ADAPTIVE_STEP_GROWTH_STEPS} more); \
+                 the growth is that of order {shown:.2}",
+                solver.name()
             ));
         }
     }
@@ -626,6 +684,13 @@ pub fn check(solver: Arc<dyn OdeSolver>, opts: &SuiteOptions) -> SuiteReport {
         laws.push(on_rotations("ode_tolerance_proportionality", &|c| {
             tolerance_proportionality(&solver, c, limit)
         }));
+        if solver.order().is_some() {
+            laws.push(on_rotations("ode_adaptive_order", &|c| {
+                adaptive_order(&solver, c, limit)
+            }));
+        } else {
+            na("ode_adaptive_order", "needs a known order");
+        }
         laws.push(on_rotations("ode_step_budget_honoured", &|c| {
             step_budget_honoured(&solver, c, limit)
         }));
@@ -638,6 +703,7 @@ pub fn check(solver: Arc<dyn OdeSolver>, opts: &SuiteOptions) -> SuiteReport {
         }
     } else {
         na("ode_tolerance_proportionality", "no adaptive stepping");
+        na("ode_adaptive_order", "no adaptive stepping");
         na(
             "ode_step_budget_honoured",
             "no adaptive stepping (a constant-step solve's step count is fixed by its interval)",

@@ -36,7 +36,7 @@ step "the custom solver example"
 # The ODE suite on a user-written Bogacki-Shampine solver: every law passes on `good`; each
 # planted bug must fail (exit 1).
 "$bin/examples/custom_solver" good
-for bug in buggy-node buggy-budget buggy-tol; do
+for bug in buggy-node buggy-budget buggy-tol buggy-hidden; do
     if "$bin/examples/custom_solver" "$bug"; then
         echo "custom_solver $bug: the planted bug was not caught" >&2
         exit 1

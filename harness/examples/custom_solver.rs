@@ -6,7 +6,8 @@
 //! which draws problems with closed forms and checks it for its convergence order (on an
 //! autonomous field and on one that depends on time, with constant steps and through the work
 //! of adaptive ones), tolerance proportionality, the backward
-//! round trip, reproducibility, the step budget, and fifteen bad inputs in each stepping mode.
+//! round trip, reproducibility, the step budget, the field evaluations its reported steps
+//! account for, and fifteen bad inputs in each stepping mode.
 //! Every solve runs on its own thread under a time limit, so a panic or a hang is a verdict.
 //!
 //! ```sh
@@ -24,6 +25,10 @@
 //! - `buggy-tol` takes a zero or negative `rtol` as it comes (as `ode_solvers` 0.6.2's `Dopri5`
 //!   does, `docs/findings/ode_solvers-nonpositive-rtol-accepted.md`):
 //!   `ode_bad_input_is_typed_error`.
+//! - `buggy-hidden` neither reports its rejected attempts nor counts them against `max_steps`:
+//!   the budget law cannot see it (the budget and the report agree), the field evaluations do:
+//!   `ode_evaluations_accounted`, from the counts the solver declares
+//!   ([`OdeSolver::evaluations`]).
 //!
 //! # References
 //! - P. Bogacki, L. F. Shampine, "A 3(2) pair of Runge–Kutta formulas", *Appl. Math. Lett.* 2
@@ -31,7 +36,9 @@
 //! - E. Hairer, S. P. Nørsett, G. Wanner, *Solving Ordinary Differential Equations I*, 2nd ed.,
 //!   §II.4 (the error norm, the controller and the starting step).
 
-use harness::subject::ode::{self, OdeSolver, SolveReport, SolveRequest, Stepping, SuiteOptions};
+use harness::subject::ode::{
+    self, Evaluations, OdeSolver, SolveReport, SolveRequest, Stepping, SuiteOptions,
+};
 use harness::subject::{Error, Result};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -46,6 +53,8 @@ enum Variant {
     FreeRejections,
     /// `rtol <= 0` is not refused.
     NonPositiveRtol,
+    /// Rejected attempts are neither reported nor counted against the budget.
+    HiddenRejections,
 }
 
 /// Bogacki–Shampine 3(2), first same as last: with `c = (0, 1/2, 3/4, 1)`,
@@ -124,6 +133,14 @@ impl OdeSolver for Bs3 {
     fn supports(&self, _: &Stepping) -> bool {
         true
     }
+    /// `k1` at the start, then `k2`, `k3` and `k4` in every attempt (`k4` is the next `k1`).
+    fn evaluations(&self, _: &Stepping) -> Option<Evaluations> {
+        Some(Evaluations {
+            per_solve: 1,
+            per_attempted_step: 3,
+            per_accepted_step: 0,
+        })
+    }
     fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
         let (t0, t1) = (r.t0, r.t1);
         if !t0.is_finite() || !t1.is_finite() {
@@ -186,7 +203,7 @@ impl OdeSolver for Bs3 {
         let (mut t, mut accepted, mut rejected) = (t0, 0usize, 0usize);
         while (t1 - t) * dir > 0.0 {
             let spent = match self.variant {
-                Variant::FreeRejections => accepted,
+                Variant::FreeRejections | Variant::HiddenRejections => accepted,
                 _ => accepted + rejected,
             };
             if spent >= r.max_steps {
@@ -232,7 +249,11 @@ impl OdeSolver for Bs3 {
         Ok(SolveReport {
             y_final: y,
             accepted,
-            rejected,
+            rejected: if self.variant == Variant::HiddenRejections {
+                0
+            } else {
+                rejected
+            },
         })
     }
 }
@@ -244,9 +265,11 @@ fn main() -> ExitCode {
         "buggy-node" => Variant::WrongNode,
         "buggy-budget" => Variant::FreeRejections,
         "buggy-tol" => Variant::NonPositiveRtol,
+        "buggy-hidden" => Variant::HiddenRejections,
         other => {
             eprintln!(
-                "custom_solver: unknown variant `{other}` (good, buggy-node, buggy-budget, buggy-tol)"
+                "custom_solver: unknown variant `{other}` (good, buggy-node, buggy-budget, \
+                 buggy-tol, buggy-hidden)"
             );
             return ExitCode::from(2);
         }

@@ -540,7 +540,7 @@ fn ode_suite_passes_on_every_reference_method() {
         let adaptive = s.tableau().b_err().is_some();
         assert_eq!(
             r.laws.len(),
-            if adaptive { 7 } else { 3 },
+            if adaptive { 8 } else { 4 },
             "{}",
             r.summary()
         );
@@ -580,6 +580,8 @@ enum SolverBug {
     EmptyAnswer,
     /// Answers with a final state of NaN.
     NanAnswer,
+    /// Reports no rejected step (its budget still counts them).
+    HidesRejections,
 }
 
 impl OdeSolver for PlantedSolver {
@@ -591,6 +593,9 @@ impl OdeSolver for PlantedSolver {
             SolverBug::WrongOrder | SolverBug::AdaptiveOnlyWrongOrder => Some(5),
             _ => Some(self.method.tableau().order()),
         }
+    }
+    fn evaluations(&self, s: &Stepping) -> Option<ode_suite::Evaluations> {
+        ReferenceSolver(self.method).evaluations(s)
     }
     fn supports(&self, s: &Stepping) -> bool {
         let constant = matches!(s, Stepping::Constant { .. });
@@ -646,6 +651,10 @@ impl OdeSolver for PlantedSolver {
             }),
             SolverBug::NanAnswer => reference.solve(r).map(|mut s| {
                 s.y_final.fill(f64::NAN);
+                s
+            }),
+            SolverBug::HidesRejections => reference.solve(r).map(|mut s| {
+                s.rejected = 0;
                 s
             }),
             _ => reference.solve(r),
@@ -717,6 +726,12 @@ fn each_ode_law_fails_on_its_planted_bug_with_a_small_counterexample() {
             "ode_step_budget_honoured",
             "with a budget of",
         ),
+        (
+            Solver::Bosh3,
+            SolverBug::HidesRejections,
+            "ode_evaluations_accounted",
+            "attempted steps unreported",
+        ),
     ];
     for (method, bug, law, needle) in cases {
         let solver = Arc::new(PlantedSolver {
@@ -769,6 +784,7 @@ fn an_answer_of_the_wrong_length_or_of_nan_fails_every_law_that_reads_it() {
         "ode_round_trip",
         "ode_reproducible",
         "ode_step_budget_honoured",
+        "ode_evaluations_accounted",
     ] {
         assert!(failed(&empty).contains(&law), "{law}:\n{}", empty.summary());
         let c = counterexample(&empty, law);

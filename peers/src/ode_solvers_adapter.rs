@@ -50,7 +50,9 @@
 //! ```
 
 use harness::reference::{Error, Result};
-use harness::subject::ode::{OdeSolver, SharedField, SolveReport, SolveRequest, Stepping};
+use harness::subject::ode::{
+    Evaluations, OdeSolver, SharedField, SolveReport, SolveRequest, Stepping,
+};
 use ode_solvers::{DVector, Dop853, Dopri5, OutputType, Rk4, System};
 
 /// The crate version the adapter was written against (pinned in `Cargo.toml`).
@@ -151,6 +153,34 @@ impl OdeSolver for OdeSolvers {
         // every method takes constant steps (pinned, for the two adaptive ones); Rk4 has no
         // error estimate
         !matches!((self.0, stepping), (Method::Rk4, Stepping::Adaptive { .. }))
+    }
+    /// The counts of the crate's own `Stats::num_eval` bookkeeping (`src/dopri5.rs`,
+    /// `src/dop853.rs`, `src/rk4.rs`): the start's derivative once, and two more for the starting
+    /// step when the crate chooses it (adaptive; a pinned step is given); `Dopri5` 6 per attempt
+    /// (FSAL), `Dop853` 11 per attempt and one per accepted step (the step's end, sparse output),
+    /// `Rk4` 4 per step.
+    fn evaluations(&self, stepping: &Stepping) -> Option<Evaluations> {
+        let start = match stepping {
+            Stepping::Adaptive { .. } => 3,
+            Stepping::Constant { .. } => 1,
+        };
+        Some(match self.0 {
+            Method::Dopri5 => Evaluations {
+                per_solve: start,
+                per_attempted_step: 6,
+                per_accepted_step: 0,
+            },
+            Method::Dop853 => Evaluations {
+                per_solve: start,
+                per_attempted_step: 11,
+                per_accepted_step: 1,
+            },
+            Method::Rk4 => Evaluations {
+                per_solve: 0,
+                per_attempted_step: 4,
+                per_accepted_step: 0,
+            },
+        })
     }
     fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
         let f = Field(r.field.clone());

@@ -752,3 +752,48 @@ fn finding_dop853_cannot_integrate_y_prime_2t_at_rtol_1e6() {
     assert!((s.y_out().last().unwrap()[0] - 4.0).abs() < 1e-12);
     assert!(stats.accepted_steps <= 10, "{stats:?}");
 }
+
+/// `y_1' = -50 y_1 (1 + y_2^2)`, `y_2' = -30 y_1 y_2` (the suite's fast decay), counting its
+/// evaluations.
+#[derive(Default)]
+struct FastDecay(std::sync::Arc<std::sync::atomic::AtomicU32>);
+
+impl System<f64, DVector<f64>> for FastDecay {
+    fn system(&self, _t: f64, y: &DVector<f64>, dy: &mut DVector<f64>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        dy[0] = -50.0 * y[0] * (1.0 + y[1] * y[1]);
+        dy[1] = -30.0 * y[0] * y[1];
+    }
+}
+
+#[test]
+fn finding_dopri5_leaves_rejections_before_the_first_accepted_step_out_of_rejected_steps() {
+    // docs/findings/ode_solvers-first-step-rejections-unreported.md
+    let field = FastDecay::default();
+    let calls = std::sync::Arc::clone(&field.0);
+    let mut s = Dopri5::from_param(
+        field,
+        0.0,
+        1.0,
+        0.0,
+        DVector::from_column_slice(&[1.0, 0.5]),
+        1e-3,
+        1e-5,
+        0.9,
+        0.04,
+        0.2,
+        10.0,
+        1.0,
+        0.0,
+        100_000,
+        1000,
+        OutputType::Sparse,
+    );
+    let stats = s.integrate().expect("solved");
+    let calls = calls.load(std::sync::atomic::Ordering::Relaxed);
+    // the crate's own evaluation count is right
+    assert_eq!(stats.num_eval, calls);
+    // 2 for the starting step, 1 at the start, 6 a attempt: one attempt more than reported
+    let reported = stats.accepted_steps + stats.rejected_steps;
+    assert_eq!(calls, 3 + 6 * (reported + 1), "{stats:?}");
+}

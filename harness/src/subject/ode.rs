@@ -9,6 +9,7 @@
 //! | `ode_tolerance_proportionality` | adaptive steps | on both [`order_problems`], the global error against the closed form is at most `K (rtol |y|max + atol)` per accepted step ([`PROPORTIONALITY_K`]) and, where the looser solve's error exceeds the tighter local tolerance, shrinks when the tolerance shrinks 100-fold |
 //! | `ode_adaptive_order` | adaptive steps, known order `p` | on both [`order_problems`], tightening `rtol` from 1e-4 to 1e-8 multiplies the accepted steps by at most [`ADAPTIVE_STEP_GROWTH_SLACK`] `x 10^(4/p)` (plus [`ADAPTIVE_STEP_GROWTH_STEPS`]): the order shows in the work of a method that only steps adaptively |
 //! | `ode_round_trip` | adaptive steps, backward integration | on both [`order_problems`], forward then backward returns to `y0` within the same bound |
+//! | `ode_evaluations_accounted` | solvers that declare [`OdeSolver::evaluations`] | every field evaluation of a solve is accounted for by the steps it reports ([`Evaluations::at_most`]), on both [`order_problems`] and a fast decay whose first steps are often rejected, in every stepping mode supported |
 //! | `ode_reproducible` | every solver | the same request twice gives the same bits |
 //! | `ode_step_budget_honoured` | adaptive steps | a solve that takes `n` attempted steps under an ample budget is refused under a budget of `n - 1`, and gives the same bits under a budget of `n` |
 //! | `ode_bad_input_is_typed_error` | every solver | each of [`bad_inputs`] (NaN/inf `y0`, non-finite times, zero/negative tolerance or step, `max_steps` of 3) in every stepping mode the solver supports: an error or an answer within 3 attempted steps; never a panic, a hang or a non-finite answer; `t0 == t1` returns `y0` or an error |
@@ -34,6 +35,7 @@ use crate::ode::Integration;
 use crate::ode::{solve, Controller, Pid, SolveOptions, Solver, VectorField};
 use crate::reference::Result;
 use crate::subject::optimizer::SuiteReport;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,8 +109,52 @@ pub trait OdeSolver: Send + Sync {
     fn backward(&self) -> bool {
         true
     }
+    /// The field evaluations a solve with this stepping makes, when the solver can state them:
+    /// `ode_evaluations_accounted` then checks that the steps a solve reports account for every
+    /// evaluation it made. `None` (the default): the law does not apply.
+    fn evaluations(&self, _stepping: &Stepping) -> Option<Evaluations> {
+        None
+    }
     /// Solve; an input the solver cannot honour must be an `Err`.
     fn solve(&self, request: &SolveRequest) -> Result<SolveReport>;
+}
+
+/// How many times a solver evaluates the field: at most
+/// `per_solve + per_attempted_step * (accepted + rejected) + per_accepted_step * accepted`
+/// evaluations for a solve that reports `accepted` and `rejected` steps. An explicit
+/// Runge–Kutta method of `s` stages that reuses its last stage as the next step's first (FSAL)
+/// makes `1 + (s - 1)` per attempt; one that does not, `s - 1` per attempt and one per accepted
+/// step (the new start point's derivative, shared by the attempts from it). The law is as sharp
+/// as the counts: with the exact ones, a single unreported attempt shows.
+///
+/// ```
+/// use harness::subject::ode::{Evaluations, OdeSolver, ReferenceSolver, Stepping};
+/// use harness::ode::Solver;
+/// let tsit5 = ReferenceSolver::new(Solver::Tsit5);
+/// let e = tsit5.evaluations(&Stepping::Constant { dt: 0.1 }).unwrap();
+/// assert_eq!(e, Evaluations { per_solve: 1, per_attempted_step: 6, per_accepted_step: 0 });
+/// assert_eq!(e.at_most(10, 2), 1 + 6 * 12);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evaluations {
+    /// Evaluations made once per solve (the start's derivative, a starting-step heuristic).
+    pub per_solve: usize,
+    /// Evaluations made by every attempted step, accepted or rejected.
+    pub per_attempted_step: usize,
+    /// Evaluations made once per accepted step.
+    pub per_accepted_step: usize,
+}
+
+impl Evaluations {
+    /// The most evaluations a solve reporting `accepted` and `rejected` steps may make.
+    pub fn at_most(&self, accepted: usize, rejected: usize) -> usize {
+        self.per_solve
+            .saturating_add(
+                self.per_attempted_step
+                    .saturating_mul(accepted.saturating_add(rejected)),
+            )
+            .saturating_add(self.per_accepted_step.saturating_mul(accepted))
+    }
 }
 
 /// The reference solver: one of the tableaus of [`Solver`] through [`crate::ode::solve`], with
@@ -135,6 +181,27 @@ impl OdeSolver for ReferenceSolver {
             Stepping::Constant { .. } => true,
             Stepping::Adaptive { .. } => self.0.tableau().b_err().is_some(),
         }
+    }
+    /// The reference stepper evaluates the start's derivative once; with FSAL each attempt
+    /// evaluates the `s - 1` stages after the first (the first is the last of the step before),
+    /// without it the start point's derivative is evaluated once per accepted step instead. Its
+    /// starting step is 0.01 (diffrax's), evaluated nowhere.
+    fn evaluations(&self, _stepping: &Stepping) -> Option<Evaluations> {
+        let tableau = self.0.tableau();
+        let later = tableau.stages() - 1;
+        Some(if tableau.fsal() {
+            Evaluations {
+                per_solve: 1,
+                per_attempted_step: later,
+                per_accepted_step: 0,
+            }
+        } else {
+            Evaluations {
+                per_solve: 0,
+                per_attempted_step: later,
+                per_accepted_step: 1,
+            }
+        })
     }
     fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
         let controller = match r.stepping {
@@ -396,6 +463,99 @@ pub fn adaptive_order(
                  the growth is that of order {shown:.2}",
                 solver.name()
             ));
+        }
+    }
+    Ok(())
+}
+
+/// A field that counts its evaluations.
+struct Counted {
+    field: SharedField,
+    count: Arc<AtomicUsize>,
+}
+
+impl VectorField<f64> for Counted {
+    fn eval(&self, t: f64, y: &[f64], dy: &mut [f64]) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.field.eval(t, y, dy);
+    }
+}
+
+/// `y_1' = -l y_1 (1 + y_2^2)`, `y_2' = -k y_1 y_2`: a fast nonlinear decay on which an
+/// explicit solver's first steps are often rejected (a starting-step heuristic reads only the
+/// first derivatives). `l` in `[20, 100)` and `k` in `[10, 46)` from the case's rate and
+/// frequency, the start `|y0| + 0.1`.
+fn fast_start(c: &RotationCase) -> (SharedField, Vec<f64>) {
+    let (l, k) = (20.0 + 80.0 * c.alpha, 10.0 + 20.0 * c.omega);
+    let field: SharedField = Arc::new(move |_t: f64, y: &[f64], dy: &mut [f64]| {
+        dy[0] = -l * y[0] * (1.0 + y[1] * y[1]);
+        dy[1] = -k * y[0] * y[1];
+    });
+    (field, c.y0.iter().map(|v| v.abs() + 0.1).collect())
+}
+
+/// The steps a solve reports account for the field evaluations it made: at most
+/// [`Evaluations::at_most`] of the counts the solver declares ([`OdeSolver::evaluations`]), on
+/// both [`order_problems`] and on a fast nonlinear decay whose first steps are often rejected,
+/// adaptive (`rtol` 1e-4 and 1e-6) and with 16 constant steps (not on the decay, where they are
+/// unstable), as the solver supports them.
+/// A solver that retries rejected steps without reporting them (nor counting them against its
+/// budget, which the budget law then cannot see) fails.
+pub fn evaluations_accounted(
+    solver: &Arc<dyn OdeSolver>,
+    c: &RotationCase,
+    limit: Duration,
+) -> std::result::Result<(), String> {
+    let mut problems: Vec<(&str, SharedField, Vec<f64>)> = order_problems(c)?
+        .into_iter()
+        .map(|p| (p.name, p.field, c.y0.to_vec()))
+        .collect();
+    let (fast, fast_y0) = fast_start(c);
+    problems.push(("fast decay", fast, fast_y0));
+    let mut steppings = vec![Stepping::Constant { dt: c.t1 / 16.0 }];
+    steppings.extend(SUITE_RTOLS.map(|rtol| Stepping::Adaptive {
+        rtol,
+        atol: rtol * 1e-2,
+    }));
+    for (name, field, y0) in problems {
+        for &stepping in &steppings {
+            // constant steps of t1/16 are unstable on the fast decay (|l h| up to 25)
+            let constant = matches!(stepping, Stepping::Constant { .. });
+            if constant && name == "fast decay" {
+                continue;
+            }
+            let Some(counts) = solver.evaluations(&stepping) else {
+                continue;
+            };
+            if !solver.supports(&stepping) {
+                continue;
+            }
+            let count = Arc::new(AtomicUsize::new(0));
+            let r = SolveRequest {
+                field: Arc::new(Counted {
+                    field: Arc::clone(&field),
+                    count: Arc::clone(&count),
+                }),
+                t0: 0.0,
+                t1: c.t1,
+                y0: y0.clone(),
+                stepping,
+                max_steps: 100_000,
+            };
+            let s = solved(solver, &r, limit).map_err(|e| format!("{name}: {e}"))?;
+            let made = count.load(Ordering::Relaxed);
+            let allowed = counts.at_most(s.accepted, s.rejected);
+            if made > allowed {
+                let unreported = (made - allowed) as f64 / counts.per_attempted_step.max(1) as f64;
+                return Err(format!(
+                    "{name}: {}: {made} field evaluations for the {} accepted and {} rejected \
+                     steps reported, whose declared counts ({counts:?}) allow {allowed}: about \
+                     {unreported:.1} attempted steps unreported ({r:?})",
+                    solver.name(),
+                    s.accepted,
+                    s.rejected
+                ));
+            }
         }
     }
     Ok(())
@@ -713,6 +873,25 @@ pub fn check(solver: Arc<dyn OdeSolver>, opts: &SuiteOptions) -> SuiteReport {
     laws.push(on_rotations("ode_reproducible", &|c| {
         reproducible(&solver, c, limit)
     }));
+    let declared = [
+        Stepping::Constant { dt: 0.1 },
+        Stepping::Adaptive {
+            rtol: 1e-6,
+            atol: 1e-8,
+        },
+    ]
+    .iter()
+    .any(|s| solver.supports(s) && solver.evaluations(s).is_some());
+    if declared {
+        laws.push(on_rotations("ode_evaluations_accounted", &|c| {
+            evaluations_accounted(&solver, c, limit)
+        }));
+    } else {
+        na(
+            "ode_evaluations_accounted",
+            "the solver does not declare its evaluations (OdeSolver::evaluations)",
+        );
+    }
     // adaptive first: a solver's own tolerances are what a caller gets wrong most often, and a
     // constant-step mode may be an adapter's construct (ode_solvers' pinned steps)
     let modes: Vec<bool> = [(adaptive, true), (constant, false)]

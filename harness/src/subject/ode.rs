@@ -468,10 +468,32 @@ pub fn adaptive_order(
     Ok(())
 }
 
-/// A field that counts its evaluations.
+/// A field that counts its evaluations ([`counted`]).
 struct Counted {
     field: SharedField,
     count: Arc<AtomicUsize>,
+}
+
+/// `field` with a counter of its evaluations: the law `ode_evaluations_accounted` reads it, and a
+/// harness of one's own can (the count goes on rising if a solve that timed out keeps running).
+///
+/// ```
+/// use harness::subject::ode::{counted, SharedField};
+/// use std::sync::atomic::Ordering;
+/// use std::sync::Arc;
+/// let decay: SharedField = Arc::new(|_t: f64, y: &[f64], dy: &mut [f64]| dy[0] = -y[0]);
+/// let (field, calls) = counted(decay);
+/// let mut dy = [0.0];
+/// field.eval(0.0, &[2.0], &mut dy);
+/// assert_eq!((dy[0], calls.load(Ordering::Relaxed)), (-2.0, 1));
+/// ```
+pub fn counted(field: SharedField) -> (SharedField, Arc<AtomicUsize>) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let field = Arc::new(Counted {
+        field,
+        count: Arc::clone(&count),
+    });
+    (field, count)
 }
 
 impl VectorField<f64> for Counted {
@@ -530,12 +552,9 @@ pub fn evaluations_accounted(
             if !solver.supports(&stepping) {
                 continue;
             }
-            let count = Arc::new(AtomicUsize::new(0));
+            let (counting, count) = counted(Arc::clone(&field));
             let r = SolveRequest {
-                field: Arc::new(Counted {
-                    field: Arc::clone(&field),
-                    count: Arc::clone(&count),
-                }),
+                field: counting,
                 t0: 0.0,
                 t1: c.t1,
                 y0: y0.clone(),

@@ -90,6 +90,11 @@ enum Cmd {
         /// in the same run (needs `harness upstream setup`).
         #[arg(long, value_name = "PROFILE")]
         against: Option<String>,
+        /// With --against: the longest wait, in seconds, for the worker to start and for each
+        /// upstream figure (1 to 86400; default 120 to start, 600 a figure). A worker that does
+        /// not answer in time is killed, and the figures measured so far are kept.
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        timeout: Option<u64>,
         #[command(flatten)]
         dirs: UpstreamDirs,
     },
@@ -354,11 +359,17 @@ where
             json,
             svg,
             against,
+            timeout,
             dirs,
         } => match (area.as_str(), svg, against) {
             (_, _, None) if dirs.upstream_dir.is_some() || dirs.venvs.is_some() => Err(Usage(
                 "--upstream-dir and --venvs locate the worker of --against; \
                      without --against nothing reads them"
+                    .into(),
+            )),
+            (_, _, None) if timeout.is_some() => Err(Usage(
+                "--timeout bounds the waits for the worker of --against; \
+                     without --against there is no worker"
                     .into(),
             )),
             ("scaling", svg, None) => bench_scaling(quick, json, svg),
@@ -369,7 +380,16 @@ where
             (_, Some(_), _) => Err(Usage(format!(
                 "--svg: only `bench scaling` draws a figure, not `bench {area}`"
             ))),
-            (_, None, against) => bench(&area, quick, json, against.map(|p| (p, dirs))),
+            (_, None, against) => bench(
+                &area,
+                quick,
+                json,
+                against.map(|p| Against {
+                    profile: p,
+                    dirs,
+                    timeout: timeout.map(std::time::Duration::from_secs),
+                }),
+            ),
         },
         Cmd::InitPeaks {
             layers,
@@ -672,15 +692,32 @@ fn mutants(only: Option<String>, json: Option<PathBuf>) -> Outcome {
     Ok(missed == 0)
 }
 
-fn bench(
-    area: &str,
-    quick: bool,
-    json: Option<PathBuf>,
-    against: Option<(String, UpstreamDirs)>,
-) -> Outcome {
+/// `bench --against`: the profile whose worker times the upstream figures, where it lives, and
+/// the longest wait for it (`None`: [`AGAINST_START_WAIT`] to start, [`AGAINST_FIGURE_WAIT`] a
+/// figure).
+struct Against {
+    profile: String,
+    dirs: UpstreamDirs,
+    timeout: Option<std::time::Duration>,
+}
+
+/// How long `bench --against` waits for its worker to start, without `--timeout` (JAX's import
+/// takes seconds, a first run on a cold disk longer).
+const AGAINST_START_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// How long `bench --against` waits for one upstream figure, without `--timeout` (a figure
+/// includes its compilations: diffrax's CNF step compiles for about 14 s on 2 cores).
+const AGAINST_FIGURE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn bench(area: &str, quick: bool, json: Option<PathBuf>, against: Option<Against>) -> Outcome {
     // the profile is resolved before any timing: a wrong name costs nothing
+    let timeout = against.as_ref().and_then(|a| a.timeout);
     let against = match against {
-        Some((name, dirs)) => {
+        Some(Against {
+            profile: name,
+            dirs,
+            ..
+        }) => {
             let loc = crate::upstream::Locations::new(dirs.upstream_dir, dirs.venvs);
             let prof = crate::upstream::Profile::resolve(&name, &loc)
                 .map_err(|e| Usage(e.replacen("--profile", "--against", 1)))?;
@@ -716,7 +753,7 @@ fn bench(
     let load = mark.and_then(|m| m.load());
     let mut upstream_ok = true;
     if let Some((loc, prof)) = &against {
-        upstream_ok = bench_against(loc, prof, quick, &mut figures);
+        upstream_ok = bench_against(loc, prof, quick, timeout, &mut figures);
     }
     match &skipped {
         Some(_) => print_bench_all(&figures),
@@ -819,19 +856,21 @@ fn bench_scaling(quick: bool, json: Option<PathBuf>, svg: Option<PathBuf>) -> Ou
     Ok(true)
 }
 
-/// Time the upstream equivalents of `figures` with the worker of `prof` (false when the worker
-/// could not be started or failed; the figures measured so far are kept).
+/// Time the upstream equivalents of `figures` with the worker of `prof`, waiting at most
+/// `timeout` for it to start and for each figure (false when the worker could not be started,
+/// failed or did not answer in time; the figures measured so far are kept).
 fn bench_against(
     loc: &crate::upstream::Locations,
     prof: &crate::upstream::Profile,
     quick: bool,
+    timeout: Option<std::time::Duration>,
     figures: &mut [crate::bench::Figure],
 ) -> bool {
     use crate::upstream::worker::{Worker, WorkerCommand};
     use std::time::Duration;
     let cmd = WorkerCommand::for_profile(loc, prof);
     let mut worker = match Worker::spawn(&cmd).and_then(|mut w| {
-        w.hello(Duration::from_secs(120))?;
+        w.hello(timeout.unwrap_or(AGAINST_START_WAIT))?;
         Ok(w)
     }) {
         Ok(w) => w,
@@ -846,7 +885,7 @@ fn bench_against(
         &mut worker,
         figures,
         reps,
-        Duration::from_secs(600),
+        timeout.unwrap_or(AGAINST_FIGURE_WAIT),
         &mut |name| bar.set_message(format!("{} {name}", prof.name)),
     );
     bar.finish_and_clear();

@@ -568,6 +568,68 @@ fn bench_refuses_an_unknown_area_stray_upstream_dirs_and_a_venv_never_set_up_bef
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// A venv directory whose `current/bin/python` is `script` (sh), standing in for the worker.
+fn stand_in_venv(dir: &Path, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("venvs/current/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let python = bin.join("python");
+    std::fs::write(&python, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir.join("venvs")
+}
+
+#[test]
+fn bench_against_a_worker_that_hangs_gives_up_after_timeout_and_keeps_its_own_figures() {
+    let d = scratch("bench-timeout");
+    refused(
+        &d,
+        &["bench", "ode", "--timeout", "5"],
+        &[],
+        "without --against there is no worker",
+    );
+    // a worker that never says hello, then one that says hello and never answers a figure
+    let hello = r#"printf '{"protocol":1,"id":%s,"ok":true,"result":{"profile":"current","python":"3.11.7","packages":{"jax":"0.4.30"},"devices":1,"protocol":1},"seconds":0.01}\n' "$(sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p' | head -n 1)""#;
+    for (script, needle) in [
+        (
+            "read -r l; sleep 60".to_string(),
+            "no reply to `hello` within 1.0 s",
+        ),
+        (
+            format!("head -n 1 | {{ {hello}; }}; sleep 60"),
+            "within 1.0 s",
+        ),
+    ] {
+        let venvs = stand_in_venv(&d, &script);
+        let start = std::time::Instant::now();
+        let out = harness()
+            .current_dir(&d)
+            .args([
+                "bench",
+                "ode",
+                "--quick",
+                "--against",
+                "current",
+                "--timeout",
+                "1",
+            ])
+            .arg("--venvs")
+            .arg(&venvs)
+            .output()
+            .unwrap();
+        let secs = start.elapsed().as_secs_f64();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(text.contains(needle), "{text}");
+        assert!(text.contains("the process was killed"), "{text}");
+        // our own figures are kept
+        assert!(text.contains("ode_lv_tsit5_1e-8_us"), "{text}");
+        // the bench's own timing takes a few seconds; the worker's 60 s sleep is not waited for
+        assert!(secs < 40.0, "{secs} s");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 #[test]
 fn bench_scaling_quick_writes_its_json_and_svg_and_refuses_bad_outputs() {
     let d = scratch("scaling");

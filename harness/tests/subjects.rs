@@ -920,3 +920,111 @@ fn a_custom_tableau_runs_through_the_reference_stepper_and_is_judged_by_its_clai
     let e = harness::laws::ode::convergence_order_of(&c, &[bad]).unwrap_err();
     assert!(e.contains("measured order"), "{e}");
 }
+
+/// Classical Runge–Kutta with adaptive steps, its local error estimated by the difference from
+/// the Euler step (`h k1`): a correct solver whose estimate is of order 1, not `4 - 1`.
+/// `declares`: whether it says so through `error_estimate_order`.
+struct Rk4AgainstEuler {
+    declares: bool,
+}
+
+impl OdeSolver for Rk4AgainstEuler {
+    fn name(&self) -> String {
+        format!(
+            "rk4 against euler (declares its estimate: {})",
+            self.declares
+        )
+    }
+    fn order(&self) -> Option<u32> {
+        Some(4)
+    }
+    fn error_estimate_order(&self) -> Option<u32> {
+        Some(if self.declares { 1 } else { 3 })
+    }
+    fn supports(&self, s: &Stepping) -> bool {
+        matches!(s, Stepping::Adaptive { .. })
+    }
+    fn backward(&self) -> bool {
+        false
+    }
+    fn solve(&self, r: &SolveRequest) -> Result<SolveReport> {
+        let bad = || harness::reference::Error::External(format!("bad request {r:?}"));
+        let Stepping::Adaptive { rtol, atol } = r.stepping else {
+            return Err(bad());
+        };
+        let finite = r.y0.iter().all(|v| v.is_finite()) && r.t0.is_finite() && r.t1.is_finite();
+        if !(finite && rtol > 0.0 && rtol.is_finite() && atol >= 0.0 && r.t1 >= r.t0) {
+            return Err(bad());
+        }
+        let f = |t: f64, y: &[f64]| {
+            let mut d = vec![0.0; y.len()];
+            r.field.eval(t, y, &mut d);
+            d
+        };
+        let axpy = |y: &[f64], k: &[f64], h: f64| -> Vec<f64> {
+            y.iter().zip(k).map(|(a, b)| a + h * b).collect()
+        };
+        let (mut t, mut y) = (r.t0, r.y0.clone());
+        let (mut h, mut accepted, mut rejected) = (0.01 * (r.t1 - r.t0), 0, 0);
+        while t < r.t1 {
+            if accepted + rejected >= r.max_steps {
+                return Err(harness::reference::Error::MaxStepsExceeded {
+                    max_steps: r.max_steps,
+                    t,
+                    t_end: r.t1,
+                });
+            }
+            let h_step = h.min(r.t1 - t);
+            let k1 = f(t, &y);
+            let k2 = f(t + h_step / 2.0, &axpy(&y, &k1, h_step / 2.0));
+            let k3 = f(t + h_step / 2.0, &axpy(&y, &k2, h_step / 2.0));
+            let k4 = f(t + h_step, &axpy(&y, &k3, h_step));
+            let y1: Vec<f64> = (0..y.len())
+                .map(|i| y[i] + h_step / 6.0 * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i]))
+                .collect();
+            // y1 - (y + h k1), scaled
+            let err = (0..y.len())
+                .map(|i| {
+                    let e = y1[i] - (y[i] + h_step * k1[i]);
+                    (e / (atol + rtol * y[i].abs().max(y1[i].abs()))).abs()
+                })
+                .fold(0.0, f64::max);
+            if err <= 1.0 {
+                t = if h_step == r.t1 - t { r.t1 } else { t + h_step };
+                y = y1;
+                accepted += 1;
+            } else {
+                rejected += 1;
+            }
+            // an order-1 estimate: h^2
+            h = h_step * (0.9 * err.max(1e-10).powf(-0.5)).clamp(0.2, 5.0);
+        }
+        Ok(SolveReport {
+            y_final: y,
+            accepted,
+            rejected,
+        })
+    }
+}
+
+#[test]
+fn a_correct_pair_with_a_low_order_estimate_passes_the_adaptive_order_law_once_it_declares_it() {
+    let _serial = serial();
+    let run = |declares| ode_suite::check(Arc::new(Rk4AgainstEuler { declares }), &ode_opts());
+    let honest = run(true);
+    assert!(honest.passed(), "{}", honest.summary());
+    assert!(honest
+        .laws
+        .iter()
+        .any(|l| l.name == "ode_adaptive_order" && l.passed));
+    // taken for the usual pair (an order-3 estimate), its work grows too fast
+    let usual = run(false);
+    assert_eq!(
+        failed(&usual),
+        ["ode_adaptive_order"],
+        "{}",
+        usual.summary()
+    );
+    let c = counterexample(&usual, "ode_adaptive_order");
+    assert!(c.contains("an error estimate of order 3"), "{c}");
+}
